@@ -1,0 +1,142 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/mlstream/mlstream/runtime"
+)
+
+// lookupJob finds the {job} of the route or answers 404.
+func (s *Server) lookupJob(w http.ResponseWriter, r *http.Request) (*runtime.Job, bool) {
+	name := chi.URLParam(r, "job")
+	j, err := s.engine.Job(name)
+	if err != nil {
+		writeError(w, http.StatusNotFound, apiError{Error: fmt.Sprintf("no job %q", name)})
+		return nil, false
+	}
+	return j, true
+}
+
+type jobList struct {
+	Jobs []runtime.JobStatus `json:"jobs"`
+}
+
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+	out := jobList{Jobs: []runtime.JobStatus{}}
+	for _, j := range s.engine.Jobs() {
+		out.Jobs = append(out.Jobs, j.Status(false))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
+	if j, ok := s.lookupJob(w, r); ok {
+		writeJSON(w, http.StatusOK, j.Status(false))
+	}
+}
+
+// putJob declares a job: 201 when created, 200 when an identical job runs
+// already, 409 when the name is taken by another spec, 400 for a bad spec.
+func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "job")
+	buf, err := readBody(w, r, 1<<20)
+	if err != nil {
+		s.decodeError(w, err)
+		return
+	}
+	defer bodyBufs.Put(buf)
+	spec, err := runtime.DecodeSpec(buf.Bytes())
+	if err != nil {
+		specError(w, err)
+		return
+	}
+	if spec.Name == "" {
+		spec.Name = name
+	}
+	if spec.Name != name {
+		writeError(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("name %q in the body differs from %q in the path", spec.Name, name), Field: "name"})
+		return
+	}
+	created, err := s.engine.PutJob(spec)
+	switch {
+	case err == nil:
+	case errors.Is(err, runtime.ErrJobExists):
+		writeError(w, http.StatusConflict, apiError{Error: err.Error()})
+		return
+	case errors.Is(err, runtime.ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, apiError{Error: err.Error()})
+		return
+	default:
+		specError(w, err)
+		return
+	}
+	j, err := s.engine.Job(name)
+	if err != nil { // deleted meanwhile
+		writeError(w, http.StatusConflict, apiError{Error: err.Error()})
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, j.Status(false))
+}
+
+func specError(w http.ResponseWriter, err error) {
+	var se *runtime.SpecError
+	if errors.As(err, &se) {
+		msg := se.Msg
+		if se.Field != "" {
+			msg = se.Field + ": " + se.Msg
+		}
+		writeError(w, http.StatusBadRequest, apiError{Error: "invalid job spec: " + msg, Field: se.Field})
+		return
+	}
+	writeError(w, http.StatusBadRequest, apiError{Error: "invalid job spec: " + err.Error()})
+}
+
+func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "job")
+	if err := s.engine.DeleteJob(name); err != nil {
+		writeError(w, http.StatusNotFound, apiError{Error: fmt.Sprintf("no job %q", name)})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"deleted": name})
+}
+
+// model serves GET /v1/jobs/{job}/model[?weights=true&limit=N].
+func (s *Server) model(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.lookupJob(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	weights := false
+	if v := q.Get("weights"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apiError{Error: "weights must be true or false", Field: "weights"})
+			return
+		}
+		weights = b
+	}
+	limit := 1000
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apiError{Error: "limit must be an integer (0 = all)", Field: "limit"})
+			return
+		}
+		limit = n
+	}
+	m, err := j.Model(weights, limit)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}

@@ -1,0 +1,135 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/mlstream/mlstream/runtime"
+)
+
+var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 64 << 10}
+
+const (
+	wsWriteWait = 10 * time.Second
+	wsPongWait  = 60 * time.Second
+	wsPingEvery = wsPongWait / 2
+)
+
+// statsMessage is the periodic `stats` message of one job. Dropped counts
+// the messages this connection missed because its backlog was full.
+type statsMessage struct {
+	Type    string            `json:"type"`
+	Job     string            `json:"job"`
+	TS      int64             `json:"ts"`
+	Dropped uint64            `json:"dropped"`
+	Stats   runtime.JobStatus `json:"stats"`
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// ws serves GET /v1/ws?jobs=a,b&types=prediction,stats. Without jobs, all
+// jobs (also ones declared later); without types, all types.
+func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	jobs := splitList(q.Get("jobs"))
+	for _, j := range jobs {
+		if _, err := s.engine.Job(j); err != nil {
+			writeError(w, http.StatusNotFound, apiError{Error: fmt.Sprintf("no job %q", j), Field: "jobs"})
+			return
+		}
+	}
+	types := splitList(q.Get("types"))
+	for _, t := range types {
+		if !slices.Contains(runtime.OutputTypes, t) {
+			writeError(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("unknown message type %q; known: %s", t, strings.Join(runtime.OutputTypes, ", ")), Field: "types"})
+			return
+		}
+	}
+	if len(types) == 0 {
+		types = runtime.OutputTypes
+	}
+	conn, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered
+	}
+	hub := s.engine.Hub()
+	sub := hub.Subscribe(jobs, types, s.cfg.WSBacklog)
+	defer hub.Unsubscribe(sub)
+
+	// The reader notices the client going away and answers pings.
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		conn.SetReadLimit(4096)
+		_ = conn.SetReadDeadline(time.Now().Add(wsPongWait))
+		conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(wsPongWait)) })
+		for {
+			if _, _, err := conn.NextReader(); err != nil {
+				return
+			}
+		}
+	}()
+	defer conn.Close()
+
+	wantStats := slices.Contains(types, runtime.TypeStats)
+	statsTick := time.NewTicker(s.cfg.StatsInterval)
+	defer statsTick.Stop()
+	pingTick := time.NewTicker(wsPingEvery)
+	defer pingTick.Stop()
+	write := func(msg []byte) bool {
+		_ = conn.SetWriteDeadline(time.Now().Add(wsWriteWait))
+		return conn.WriteMessage(websocket.TextMessage, msg) == nil
+	}
+	if wantStats && !s.sendStats(sub, jobs, write) {
+		return
+	}
+	for {
+		select {
+		case <-gone:
+			return
+		case msg := <-sub.C:
+			if !write(msg) {
+				return
+			}
+		case <-statsTick.C:
+			if wantStats && !s.sendStats(sub, jobs, write) {
+				return
+			}
+		case <-pingTick.C:
+			if conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsWriteWait)) != nil {
+				return
+			}
+		}
+	}
+}
+
+func (s *Server) sendStats(sub *runtime.Sub, jobs []string, write func([]byte) bool) bool {
+	now := time.Now().UnixMilli()
+	for _, j := range s.engine.Jobs() {
+		if len(jobs) > 0 && !slices.Contains(jobs, j.Name()) {
+			continue
+		}
+		msg, err := json.Marshal(statsMessage{Type: runtime.TypeStats, Job: j.Name(), TS: now, Dropped: sub.Dropped(), Stats: j.Status(false)})
+		if err != nil {
+			s.log.Error("encoding stats", "err", err)
+			continue
+		}
+		if !write(msg) {
+			return false
+		}
+	}
+	return true
+}

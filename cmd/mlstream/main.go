@@ -1,0 +1,74 @@
+// Command mlstream is the mlstream service and its tools:
+//
+//	mlstream serve  --config jobs.yaml --addr :8080 --data ./data
+//	mlstream demo   [--addr :8080] [--rate 2000]
+//	mlstream replay FILE --stream S --url http://localhost:8080 [--rate R] [--batch N]
+//	mlstream version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `mlstream: online learning, synopses and joins on event streams.
+
+Usage:
+  mlstream serve  --config FILE [--addr :8080] [--data DIR]   run the service
+  mlstream demo   [--addr :8080] [--rate 2000]                 the service with a demo job and a built-in event generator
+  mlstream replay FILE --stream S [--url URL] [--rate R] [--batch N]
+                                                               stream an NDJSON file to a server
+  mlstream version                                             print the version
+
+Run "mlstream COMMAND -h" for the flags of a command.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a command line and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = runServe(ctx, args[1:], stdout, stderr)
+	case "demo":
+		err = runDemo(ctx, args[1:], stdout, stderr)
+	case "replay":
+		err = runReplay(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "mlstream", version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "mlstream: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if errors.Is(err, errUsage) {
+			return 2
+		}
+		fmt.Fprintln(stderr, "mlstream:", err)
+		return 1
+	}
+	return 0
+}

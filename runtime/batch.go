@@ -1,0 +1,135 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mlstream/mlstream/learners"
+	"github.com/valyala/fastjson"
+)
+
+// Batch collects the events of one ingest request. Add extracts each
+// reading job's record from an event (any error rejects the request);
+// Commit queues everything or nothing. Not safe for concurrent use.
+type Batch struct {
+	e      *Engine
+	stream string
+	now    time.Time
+	nowMs  int64
+	jobs   []*jobBatch
+	events int
+}
+
+type jobBatch struct {
+	job   *Job
+	parts [][]Record // per partition
+	arena []learners.Feature
+}
+
+// NewBatch starts a request on a stream. It fails with ErrUnknownStream
+// when no job reads the stream and ErrClosed during shutdown.
+func (e *Engine) NewBatch(stream string) (*Batch, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.mu.closed {
+		return nil, ErrClosed
+	}
+	readers := e.mu.streams[stream]
+	if len(readers) == 0 {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownStream, stream)
+	}
+	now := time.Now()
+	b := &Batch{e: e, stream: stream, now: now, nowMs: now.UnixMilli()}
+	for _, j := range readers {
+		b.jobs = append(b.jobs, &jobBatch{job: j, parts: make([][]Record, len(j.parts))})
+	}
+	return b, nil
+}
+
+// Add extracts one event for every job reading the stream. line is the
+// event's position in the request, used in the error.
+func (b *Batch) Add(v *fastjson.Value, line int) error {
+	if v.Type() != fastjson.TypeObject {
+		return &InputError{Line: line, Msg: fmt.Sprintf("an event must be a JSON object, got %s", v.Type())}
+	}
+	for _, jb := range b.jobs {
+		var rec Record
+		if err := jb.job.kind.extract(v, &rec, &jb.arena, b.nowMs); err != nil {
+			return inputError(err, line)
+		}
+		p := jb.job.partitionFor(rec.Key)
+		jb.parts[p] = append(jb.parts[p], rec)
+	}
+	b.events++
+	return nil
+}
+
+// inputError places an extractor's error at a line.
+func inputError(err error, line int) error {
+	var fe *fieldErr
+	if errors.As(err, &fe) {
+		return &InputError{Line: line, Field: fe.field, Msg: fe.msg}
+	}
+	return &InputError{Line: line, Msg: err.Error()}
+}
+
+// Len is the number of events added.
+func (b *Batch) Len() int { return b.events }
+
+// Commit queues every record, waiting up to the engine's IngestWait for
+// room. If any partition has no room in time, nothing is queued and it
+// returns ErrBusy; a batch that could never fit returns ErrTooLarge.
+func (b *Batch) Commit(ctx context.Context) (int, error) {
+	if b.events == 0 {
+		return 0, nil
+	}
+	type reservation struct {
+		q *queue
+		n int
+	}
+	var held []reservation
+	release := func() {
+		for _, r := range held {
+			r.q.unreserve(r.n)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.e.cfg.IngestWait)
+	defer cancel()
+	for _, jb := range b.jobs {
+		for i, recs := range jb.parts {
+			if len(recs) == 0 {
+				continue
+			}
+			q := jb.job.parts[i].q
+			if int64(len(recs)) > q.capacity {
+				release()
+				return 0, fmt.Errorf("%w: %d events for partition %d of job %q, whose queue holds %d; send smaller requests",
+					ErrTooLarge, len(recs), i, jb.job.spec.Name, q.capacity)
+			}
+			if err := q.reserve(ctx, len(recs)); err != nil {
+				release()
+				b.e.metrics.refused(b.stream, "busy", b.events)
+				return 0, fmt.Errorf("%w: job %q partition %d", ErrBusy, jb.job.spec.Name, i)
+			}
+			held = append(held, reservation{q, len(recs)})
+		}
+	}
+	for _, jb := range b.jobs {
+		for i, recs := range jb.parts {
+			if len(recs) == 0 {
+				continue
+			}
+			if err := jb.job.parts[i].q.push(recs, b.now); err != nil {
+				// The job was deleted while this request was in flight; its
+				// records go with it, the other jobs still get theirs.
+				jb.job.parts[i].q.unreserve(len(recs))
+				continue
+			}
+		}
+		jb.job.accepted.Add(uint64(b.events))
+	}
+	b.e.metrics.accepted(b.stream, b.events)
+	return b.events, nil
+}

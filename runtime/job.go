@@ -1,0 +1,209 @@
+package runtime
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mlstream/mlstream/learners"
+	"github.com/valyala/fastjson"
+)
+
+// kindJob is what a job kind implements: reading its fields from events
+// and making one operator per partition. Operators are driven only by
+// their partition goroutine.
+type kindJob interface {
+	// extract fills rec from one event. arena is scratch memory for the
+	// record's slices, shared by the records of one request.
+	extract(v *fastjson.Value, rec *Record, arena *[]learners.Feature, now int64) error
+	newPartition(index int, out emitter) partitionOp
+	// status adds the kind's view (model, metrics) to a job status.
+	status(st *JobStatus, detail bool)
+}
+
+// partitionOp is one partition's operator, called only from its
+// partition's goroutine.
+type partitionOp interface {
+	// process handles one batch, in order.
+	process(recs []Record)
+	// idle is called whenever the queue runs empty, and once at shutdown
+	// after the last batch: the moment to flush or merge.
+	idle()
+}
+
+// emitter is how an operator reaches the hub.
+type emitter struct {
+	hub *Hub
+	job string
+}
+
+// Job is a running job: its spec, its kind's state and its partitions.
+// Safe for concurrent use.
+type Job struct {
+	spec    Spec
+	kind    kindJob
+	parts   []*partition
+	created time.Time
+
+	rr       atomic.Uint64 // round-robin cursor for events without a key
+	accepted atomic.Uint64 // events queued
+	lat      latencyHist
+	samples  sampler
+	wg       sync.WaitGroup // partition goroutines
+}
+
+// partition is one goroutine's share of a job.
+type partition struct {
+	job       *Job
+	index     int
+	q         *queue
+	op        partitionOp
+	processed atomic.Uint64
+}
+
+func newJob(spec Spec, hub *Hub) (*Job, error) {
+	p := newParams(spec.Params)
+	k, err := kinds[spec.Kind](spec, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Done(); err != nil {
+		return nil, err
+	}
+	j := &Job{spec: spec, kind: k, created: time.Now()}
+	for i := 0; i < spec.Partitions; i++ {
+		part := &partition{job: j, index: i, q: newQueue(spec.QueueSize)}
+		part.op = k.newPartition(i, emitter{hub: hub, job: spec.Name})
+		j.parts = append(j.parts, part)
+	}
+	return j, nil
+}
+
+func (j *Job) start() {
+	for _, p := range j.parts {
+		j.wg.Add(1)
+		go func() {
+			defer j.wg.Done()
+			p.run()
+		}()
+	}
+}
+
+// stop closes the queues and waits until every queued event is processed.
+func (j *Job) stop() {
+	for _, p := range j.parts {
+		p.q.close()
+	}
+	j.wg.Wait()
+}
+
+// run is the partition goroutine: take whatever is queued, process it in
+// order, and tell the operator when the queue runs dry.
+func (p *partition) run() {
+	var buf []batch
+	for range p.q.notify {
+		for {
+			batches, closed := p.q.take(buf)
+			if len(batches) == 0 {
+				p.op.idle()
+				if closed {
+					return
+				}
+				break
+			}
+			for i := range batches {
+				b := &batches[i]
+				n := len(b.recs)
+				p.op.process(b.recs)
+				p.processed.Add(uint64(n))
+				p.job.lat.observe(time.Since(b.enqueued), n)
+				p.q.done(n)
+				*b = batch{}
+			}
+			buf = batches[:0]
+		}
+	}
+}
+
+// Spec returns the job's spec with defaults filled in.
+func (j *Job) Spec() Spec { return j.spec }
+
+// Name is the job's name.
+func (j *Job) Name() string { return j.spec.Name }
+
+func (j *Job) partitionFor(key string) int {
+	n := len(j.parts)
+	if n == 1 {
+		return 0
+	}
+	if key == "" {
+		return int(j.rr.Add(1) % uint64(n))
+	}
+	return int(learners.HashName(key) % uint64(n))
+}
+
+func (j *Job) processed() uint64 {
+	var n uint64
+	for _, p := range j.parts {
+		n += p.processed.Load()
+	}
+	return n
+}
+
+func (j *Job) depth() int64 {
+	var n int64
+	for _, p := range j.parts {
+		n += p.q.depth.Load()
+	}
+	return n
+}
+
+func (j *Job) sample(now time.Time) {
+	j.samples.add(sample{at: now, accepted: j.accepted.Load(), processed: j.processed(), lat: j.lat.snap()})
+}
+
+// JobStatus is the live view of a job served by GET /v1/jobs/{job}.
+type JobStatus struct {
+	Name       string            `json:"name"`
+	Kind       string            `json:"kind"`
+	Input      string            `json:"input"`
+	Spec       Spec              `json:"spec"`
+	Created    time.Time         `json:"created"`
+	Accepted   uint64            `json:"accepted"`
+	Processed  uint64            `json:"processed"`
+	Rates      Rates             `json:"rates"`
+	QueueDepth int64             `json:"queue_depth"`
+	QueueCap   int64             `json:"queue_capacity"`
+	Latency    Latency           `json:"latency"`
+	Partitions []PartitionStatus `json:"partitions"`
+
+	// logreg
+	Model   *learners.Snapshot `json:"model,omitempty"`
+	Metrics *learners.Metrics  `json:"metrics,omitempty"`
+}
+
+// PartitionStatus is one partition's share of a JobStatus.
+type PartitionStatus struct {
+	Partition  int    `json:"partition"`
+	QueueDepth int64  `json:"queue_depth"`
+	Processed  uint64 `json:"processed"`
+	LastSeq    uint64 `json:"last_seq"`
+}
+
+// Status reports the job's live state. detail asks the kind for costly
+// extras (model weights).
+func (j *Job) Status(detail bool) JobStatus {
+	st := JobStatus{
+		Name: j.spec.Name, Kind: j.spec.Kind, Input: j.spec.Input, Spec: j.spec, Created: j.created,
+		Accepted: j.accepted.Load(), QueueDepth: j.depth(),
+	}
+	for _, p := range j.parts {
+		pr := p.processed.Load()
+		st.Processed += pr
+		st.QueueCap += p.q.capacity
+		st.Partitions = append(st.Partitions, PartitionStatus{Partition: p.index, QueueDepth: p.q.depth.Load(), Processed: pr, LastSeq: p.q.lastSeq()})
+	}
+	st.Rates, st.Latency = j.samples.recent()
+	j.kind.status(&st, detail)
+	return st
+}

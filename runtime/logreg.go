@@ -1,0 +1,277 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mlstream/mlstream/learners"
+	"github.com/valyala/fastjson"
+)
+
+// logregJob is kind "logreg": online logistic regression, one Learner per
+// partition over a shared global Model (learners' parameter-server
+// design). Params: the learner's (hash_bits, optimizer, alpha, beta, l1,
+// l2, clip, normalize, adaptive, window), sync_every, and the field names.
+type logregJob struct {
+	name      string
+	fields    Fields
+	model     *learners.Model
+	syncEvery int
+	window    int
+	parts     []*logregPart
+
+	mu struct {
+		sync.Mutex
+		snap   learners.Snapshot // cached, refreshed at most every second
+		snapAt time.Time
+	}
+}
+
+func newLogregJob(spec Spec, p *Params) (kindJob, error) {
+	cfg := learners.DefaultConfig()
+	var err error
+	if cfg.HashBits, err = p.Int("hash_bits", cfg.HashBits, 1, 28); err != nil {
+		return nil, err
+	}
+	if cfg.Optimizer, err = p.String("optimizer", cfg.Optimizer, "ftrl", "adagrad", "sgd"); err != nil {
+		return nil, err
+	}
+	// Alpha's default depends on the optimizer; 0 lets EnsureDefaults pick.
+	if cfg.Alpha, err = p.Float("alpha", 0, 1e-9, 1e6); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		name string
+		dst  *float64
+	}{{"beta", &cfg.Beta}, {"l1", &cfg.L1}, {"l2", &cfg.L2}, {"clip", &cfg.Clip}} {
+		if *f.dst, err = p.Float(f.name, *f.dst, 0, 1e9); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Normalize, err = p.String("normalize", cfg.Normalize, "none", "l2", "log1p_l2"); err != nil {
+		return nil, err
+	}
+	adaptive, err := p.Bool("adaptive", true)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Adaptive = &adaptive
+	if cfg.Window, err = p.Int("window", cfg.Window, 1, 10_000_000); err != nil {
+		return nil, err
+	}
+	syncEvery, err := p.Int("sync_every", 1000, 1, 100_000_000)
+	if err != nil {
+		return nil, err
+	}
+	fields, err := readFields(p)
+	if err != nil {
+		return nil, err
+	}
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		if pe, ok := err.(*learners.ParamError); ok {
+			return nil, perr(pe.Param, "%s", pe.Msg)
+		}
+		return nil, err
+	}
+	model, err := learners.NewModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &logregJob{name: spec.Name, fields: fields, model: model, syncEvery: syncEvery, window: cfg.Window}, nil
+}
+
+func (j *logregJob) extract(v *fastjson.Value, rec *Record, arena *[]learners.Feature, now int64) error {
+	var err error
+	if rec.Key, err = extractKey(v, j.fields.Key); err != nil {
+		return err
+	}
+	if rec.TS, err = extractTS(v, j.fields.TS, now); err != nil {
+		return err
+	}
+	if rec.Label, err = extractLabel(v, j.fields.Label); err != nil {
+		return err
+	}
+	start := len(*arena)
+	*arena, err = appendFeatures(*arena, v, j.fields.Features)
+	rec.Features = (*arena)[start:len(*arena):len(*arena)]
+	return err
+}
+
+// Model is the job's global model.
+func (j *logregJob) Model() *learners.Model { return j.model }
+
+func (j *logregJob) newPartition(index int, out emitter) partitionOp {
+	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window)}
+	p.pub.snap = p.prog.Clone()
+	j.parts = append(j.parts, p)
+	return p
+}
+
+// metrics merges the partitions' published progressive metrics.
+func (j *logregJob) metrics() learners.Metrics {
+	all := learners.NewProgressive(j.window)
+	for _, p := range j.parts {
+		p.pub.Lock()
+		all.Merge(p.pub.snap)
+		p.pub.Unlock()
+	}
+	return all.Summary()
+}
+
+func (j *logregJob) status(st *JobStatus, detail bool) {
+	j.mu.Lock()
+	if time.Since(j.mu.snapAt) > time.Second || j.mu.snap.Version != j.model.Version() {
+		j.mu.snap = j.model.Snapshot(false, 0)
+		j.mu.snapAt = time.Now()
+	}
+	snap := j.mu.snap
+	j.mu.Unlock()
+	m := j.metrics()
+	st.Model, st.Metrics = &snap, &m
+}
+
+// logregPart is one partition's learner: progressive validation (predict,
+// then learn) on labelled events, prediction only on the others.
+type logregPart struct {
+	job     *logregJob
+	index   int
+	out     emitter
+	learner *learners.Learner
+	prog    *learners.Progressive
+	msg     []byte
+
+	// pub is the copy of prog that readers see, refreshed every
+	// publishEvery and whenever the partition goes idle.
+	pub struct {
+		sync.Mutex
+		snap *learners.Progressive
+	}
+	pubAt time.Time
+}
+
+const publishEvery = 100 * time.Millisecond
+
+func (p *logregPart) process(recs []Record) {
+	wants := p.out.hub.Wants(p.out.job, TypePrediction)
+	model := p.job.model
+	for i := range recs {
+		r := &recs[i]
+		var prob float64
+		if r.Label >= 0 {
+			prob = p.learner.Learn(r.Features, r.Label == 1)
+			p.prog.Observe(prob, r.Label == 1)
+			if p.learner.Pending() >= p.job.syncEvery {
+				p.learner.Sync()
+			}
+		} else {
+			prob = model.Predict(r.Features)
+		}
+		if wants {
+			p.msg = appendPrediction(p.msg[:0], p.out.job, r, prob, model.Version())
+			p.out.hub.Publish(p.out.job, TypePrediction, append([]byte(nil), p.msg...))
+		}
+	}
+	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
+		p.publish(now)
+	}
+}
+
+func (p *logregPart) idle() {
+	if p.learner.Pending() > 0 {
+		p.learner.Sync()
+	}
+	p.publish(time.Now())
+}
+
+func (p *logregPart) publish(now time.Time) {
+	c := p.prog.Clone()
+	p.pub.Lock()
+	p.pub.snap = c
+	p.pub.Unlock()
+	p.pubAt = now
+}
+
+// appendPrediction encodes a prediction message without reflection: this
+// runs once per event while someone watches.
+func appendPrediction(b []byte, job string, r *Record, p float64, version uint64) []byte {
+	b = append(b, `{"type":"prediction","job":`...)
+	b = appendJSONString(b, job)
+	b = append(b, `,"key":`...)
+	b = appendJSONString(b, r.Key)
+	b = append(b, `,"p":`...)
+	b = strconv.AppendFloat(b, p, 'g', 6, 64)
+	if r.Label >= 0 {
+		b = append(b, `,"label":`...)
+		b = strconv.AppendInt(b, int64(r.Label), 10)
+	}
+	b = append(b, `,"model_version":`...)
+	b = strconv.AppendUint(b, version, 10)
+	b = append(b, `,"ts":`...)
+	b = strconv.AppendInt(b, r.TS, 10)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, r.Seq, 10)
+	return append(b, '}')
+}
+
+// ErrNotSupported is returned for an operation the job's kind lacks.
+var ErrNotSupported = errors.New("runtime: not supported by this job's kind")
+
+// Predicted is one answer of a Predictor.
+type Predicted struct {
+	Key string  `json:"key,omitempty"`
+	P   float64 `json:"p"`
+}
+
+// Predictor answers predictions from a job's global model, for one
+// request. Not safe for concurrent use.
+type Predictor struct {
+	j     *logregJob
+	arena []learners.Feature
+	rec   Record
+}
+
+// Predictor returns a predictor for a logreg job.
+func (j *Job) Predictor() (*Predictor, error) {
+	lj, ok := j.kind.(*logregJob)
+	if !ok {
+		return nil, fmt.Errorf("%w: job %q is of kind %q; predictions need kind logreg", ErrNotSupported, j.spec.Name, j.spec.Kind)
+	}
+	return &Predictor{j: lj}, nil
+}
+
+// Predict reads one event (its label, if any, is checked and ignored) and
+// returns the global model's probability.
+func (p *Predictor) Predict(v *fastjson.Value, line int) (Predicted, error) {
+	if v.Type() != fastjson.TypeObject {
+		return Predicted{}, &InputError{Line: line, Msg: fmt.Sprintf("an event must be a JSON object, got %s", v.Type())}
+	}
+	p.arena = p.arena[:0]
+	if err := p.j.extract(v, &p.rec, &p.arena, 0); err != nil {
+		return Predicted{}, inputError(err, line)
+	}
+	return Predicted{Key: p.rec.Key, P: p.j.model.Predict(p.rec.Features)}, nil
+}
+
+// Version is the global model's current version.
+func (p *Predictor) Version() uint64 { return p.j.model.Version() }
+
+// ModelView is the body of GET /v1/jobs/{job}/model.
+type ModelView struct {
+	Job string `json:"job"`
+	learners.Snapshot
+	Metrics learners.Metrics `json:"metrics"`
+}
+
+// Model returns a snapshot of a logreg job's global model; with weights,
+// the limit largest non-zero weights (limit <= 0: all).
+func (j *Job) Model(weights bool, limit int) (ModelView, error) {
+	lj, ok := j.kind.(*logregJob)
+	if !ok {
+		return ModelView{}, fmt.Errorf("%w: job %q is of kind %q; a model needs kind logreg", ErrNotSupported, j.spec.Name, j.spec.Kind)
+	}
+	return ModelView{Job: j.spec.Name, Snapshot: lj.model.Snapshot(weights, limit), Metrics: lj.metrics()}, nil
+}

@@ -1,0 +1,109 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// b2s views bytes as a string without copying, for hashing only: the
+// string must not outlive b.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// batch is a run of records for one partition, queued together.
+type batch struct {
+	recs     []Record
+	enqueued time.Time
+}
+
+// queue is a partition's bounded input: capacity is counted in events,
+// reserved before anything is appended, so a request is queued whole or
+// not at all. One goroutine (the partition) takes from it.
+type queue struct {
+	capacity int64
+	room     *semaphore.Weighted // free capacity, in events
+	depth    atomic.Int64        // events queued, not yet processed
+	notify   chan struct{}       // capacity 1: wakes the partition
+
+	mu struct {
+		sync.Mutex
+		batches []batch // guarded; appended by Commit, swapped out by take
+		nextSeq uint64  // next sequence number to assign
+		closed  bool
+	}
+}
+
+func newQueue(capacity int) *queue {
+	q := &queue{capacity: int64(capacity), room: semaphore.NewWeighted(int64(capacity)), notify: make(chan struct{}, 1)}
+	q.mu.nextSeq = 1
+	return q
+}
+
+var errQueueClosed = errors.New("runtime: queue closed")
+
+// reserve waits until n events fit, or ctx ends.
+func (q *queue) reserve(ctx context.Context, n int) error {
+	return q.room.Acquire(ctx, int64(n))
+}
+
+// unreserve gives back room that was reserved but not used.
+func (q *queue) unreserve(n int) { q.room.Release(int64(n)) }
+
+// push appends reserved records, stamping their sequence numbers.
+func (q *queue) push(recs []Record, now time.Time) error {
+	q.mu.Lock()
+	if q.mu.closed {
+		q.mu.Unlock()
+		return errQueueClosed
+	}
+	for i := range recs {
+		recs[i].Seq = q.mu.nextSeq
+		q.mu.nextSeq++
+	}
+	q.mu.batches = append(q.mu.batches, batch{recs: recs, enqueued: now})
+	q.depth.Add(int64(len(recs)))
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// take swaps out everything queued; closed reports that no more will come.
+func (q *queue) take(buf []batch) (out []batch, closed bool) {
+	q.mu.Lock()
+	out, q.mu.batches = q.mu.batches, buf[:0]
+	closed = q.mu.closed
+	q.mu.Unlock()
+	return out, closed
+}
+
+// done releases the room of n processed events.
+func (q *queue) done(n int) {
+	q.depth.Add(-int64(n))
+	q.room.Release(int64(n))
+}
+
+// close stops new pushes; what is queued is still processed.
+func (q *queue) close() {
+	q.mu.Lock()
+	q.mu.closed = true
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+// lastSeq is the sequence number of the last queued event.
+func (q *queue) lastSeq() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.mu.nextSeq - 1
+}

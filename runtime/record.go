@@ -1,0 +1,192 @@
+package runtime
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/mlstream/mlstream/learners"
+	"github.com/valyala/fastjson"
+)
+
+// Record is one event as a job sees it after extraction: only the fields
+// the job reads, already typed and hashed. Records travel through the
+// partition queues in batches.
+type Record struct {
+	// Seq is the per-partition sequence number, assigned when queued.
+	Seq uint64
+	// TS is the event time in epoch milliseconds (arrival time when the
+	// event has none).
+	TS  int64
+	Key string
+	// Label is -1 when the event has no label, else 0 or 1.
+	Label    int8
+	Features []learners.Feature
+}
+
+// InputError says which event of a request and which field is wrong.
+// Line is the 1-based line of an NDJSON body, or the 1-based position of
+// the event in a JSON array.
+type InputError struct {
+	Line  int
+	Field string
+	Msg   string
+}
+
+func (e *InputError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("line %d: %s", e.Line, e.Msg)
+	}
+	return fmt.Sprintf("line %d: field %q: %s", e.Line, e.Field, e.Msg)
+}
+
+// fieldErr is returned by extractors; the batch adds the line.
+type fieldErr struct{ field, msg string }
+
+func (e *fieldErr) Error() string { return e.field + ": " + e.msg }
+
+func badField(field, format string, a ...any) error {
+	return &fieldErr{field, fmt.Sprintf(format, a...)}
+}
+
+// Fields names the event fields a job reads; the conventions of DESIGN.md
+// are the defaults, and each can be renamed per job (params key_field,
+// ts_field, label_field, features_field).
+type Fields struct {
+	Key, TS, Label, Features string
+}
+
+func readFields(p *Params) (Fields, error) {
+	var f Fields
+	var err error
+	for _, x := range []struct {
+		dst        *string
+		param, def string
+	}{{&f.Key, "key_field", "key"}, {&f.TS, "ts_field", "ts"}, {&f.Label, "label_field", "label"}, {&f.Features, "features_field", "features"}} {
+		if *x.dst, err = p.String(x.param, x.def); err != nil {
+			return f, err
+		}
+		if *x.dst == "" {
+			return f, perr(x.param, "must not be empty")
+		}
+	}
+	return f, nil
+}
+
+// extractKey reads the partitioning key: a string, or a number used as its
+// text. Absent or null means no key (round-robin).
+func extractKey(v *fastjson.Value, field string) (string, error) {
+	k := v.Get(field)
+	if k == nil {
+		return "", nil
+	}
+	switch k.Type() {
+	case fastjson.TypeString:
+		b, _ := k.StringBytes()
+		return string(b), nil
+	case fastjson.TypeNumber:
+		return k.String(), nil
+	case fastjson.TypeNull:
+		return "", nil
+	}
+	return "", badField(field, "must be a string or a number, got %s", k.Type())
+}
+
+// extractTS reads the event time: epoch milliseconds, or an RFC 3339
+// string. Absent means arrival time (now).
+func extractTS(v *fastjson.Value, field string, now int64) (int64, error) {
+	t := v.Get(field)
+	if t == nil {
+		return now, nil
+	}
+	switch t.Type() {
+	case fastjson.TypeNumber:
+		f, _ := t.Float64()
+		if f < 0 || f > 1e15 || math.IsNaN(f) {
+			return 0, badField(field, "epoch milliseconds out of range: %v", t)
+		}
+		return int64(f), nil
+	case fastjson.TypeString:
+		b, _ := t.StringBytes()
+		ts, err := time.Parse(time.RFC3339Nano, string(b))
+		if err != nil {
+			return 0, badField(field, "must be epoch milliseconds or an RFC 3339 time, got %q", b)
+		}
+		return ts.UnixMilli(), nil
+	case fastjson.TypeNull:
+		return now, nil
+	}
+	return 0, badField(field, "must be epoch milliseconds or an RFC 3339 time, got %s", t.Type())
+}
+
+// extractLabel reads a binary label: 0, 1, true or false; absent or null
+// means unlabelled (-1).
+func extractLabel(v *fastjson.Value, field string) (int8, error) {
+	l := v.Get(field)
+	if l == nil {
+		return -1, nil
+	}
+	switch l.Type() {
+	case fastjson.TypeTrue:
+		return 1, nil
+	case fastjson.TypeFalse:
+		return 0, nil
+	case fastjson.TypeNumber:
+		f, _ := l.Float64()
+		if f == 0 || f == 1 {
+			return int8(f), nil
+		}
+	case fastjson.TypeNull:
+		return -1, nil
+	}
+	return 0, badField(field, "must be 0, 1, true or false, got %s", l)
+}
+
+// appendFeatures reads the features field: an object {name: number |
+// string | bool} (a string value v under name is the one-hot feature
+// "name=v"; false is skipped) or an array of strings (each a feature of
+// value 1). The hashes are those of learners.HashName/HashNameValue.
+func appendFeatures(dst []learners.Feature, v *fastjson.Value, field string) ([]learners.Feature, error) {
+	f := v.Get(field)
+	if f == nil {
+		return dst, badField(field, "required: an object of numbers, strings and booleans, or an array of strings")
+	}
+	switch f.Type() {
+	case fastjson.TypeObject:
+		o, _ := f.Object()
+		var err error
+		o.Visit(func(k []byte, x *fastjson.Value) {
+			if err != nil {
+				return
+			}
+			switch x.Type() {
+			case fastjson.TypeNumber:
+				n, _ := x.Float64()
+				if n != 0 {
+					dst = append(dst, learners.Feature{Hash: learners.HashName(b2s(k)), Value: n})
+				}
+			case fastjson.TypeString:
+				s, _ := x.StringBytes()
+				dst = append(dst, learners.Feature{Hash: learners.HashNameValue(b2s(k), b2s(s)), Value: 1})
+			case fastjson.TypeTrue:
+				dst = append(dst, learners.Feature{Hash: learners.HashName(b2s(k)), Value: 1})
+			case fastjson.TypeFalse, fastjson.TypeNull:
+			default:
+				err = badField(field+"."+string(k), "must be a number, string or boolean, got %s", x.Type())
+			}
+		})
+		return dst, err
+	case fastjson.TypeArray:
+		a, _ := f.Array()
+		for i, x := range a {
+			s, err := x.StringBytes()
+			if err != nil {
+				return dst, badField(field+"["+strconv.Itoa(i)+"]", "must be a string, got %s", x.Type())
+			}
+			dst = append(dst, learners.Feature{Hash: learners.HashName(b2s(s)), Value: 1})
+		}
+		return dst, nil
+	}
+	return dst, badField(field, "must be an object of numbers, strings and booleans, or an array of strings, got %s", f.Type())
+}

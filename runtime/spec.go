@@ -1,0 +1,302 @@
+package runtime
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Spec declares a job: what it computes (Kind), what it reads (Input) and
+// how (Params). Specs come from the config file or from PUT /v1/jobs/{name}.
+type Spec struct {
+	Name  string `json:"name"`
+	Kind  string `json:"kind"`
+	Input string `json:"input"`
+	// Partitions is the number of partition goroutines; 0 means the
+	// engine's default (the number of CPUs).
+	Partitions int `json:"partitions,omitempty"`
+	// QueueSize is the capacity of each partition's queue in events; 0
+	// means the engine's default.
+	QueueSize int `json:"queue_size,omitempty"`
+	// Params are the kind's own parameters (see each kind's doc).
+	Params map[string]any `json:"params,omitempty"`
+}
+
+// SpecError says which field of a job spec is wrong. Field is a dotted
+// path such as "params.hash_bits" or, in a config file, "jobs[1].kind".
+type SpecError struct {
+	Field string
+	Msg   string
+}
+
+func (e *SpecError) Error() string { return e.Field + ": " + e.Msg }
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// kinds maps a kind name to the constructor of its jobs. Each kind reads
+// and checks its own params.
+var kinds = map[string]func(spec Spec, p *Params) (kindJob, error){
+	"logreg": newLogregJob,
+}
+
+// Kinds lists the job kinds this build knows, sorted.
+func Kinds() []string {
+	out := make([]string, 0, len(kinds))
+	for k := range kinds {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// validate checks the fields common to all kinds and fills defaults.
+func (s *Spec) validate(defPartitions, defQueue int) error {
+	if !nameRE.MatchString(s.Name) {
+		return &SpecError{"name", fmt.Sprintf("must be 1-128 letters, digits, '_', '-' or '.', starting with a letter or digit; got %q", s.Name)}
+	}
+	if s.Kind == "" {
+		return &SpecError{"kind", "required; one of " + strings.Join(Kinds(), ", ")}
+	}
+	if _, ok := kinds[s.Kind]; !ok {
+		return &SpecError{"kind", fmt.Sprintf("unknown kind %q; one of %s", s.Kind, strings.Join(Kinds(), ", "))}
+	}
+	if s.Input == "" {
+		return &SpecError{"input", "required: the name of the stream the job reads"}
+	}
+	if !nameRE.MatchString(s.Input) {
+		return &SpecError{"input", fmt.Sprintf("must be a stream name of letters, digits, '_', '-' or '.'; got %q", s.Input)}
+	}
+	if s.Partitions < 0 || s.Partitions > 1024 {
+		return &SpecError{"partitions", fmt.Sprintf("must be in [1, 1024] (0 = number of CPUs), got %d", s.Partitions)}
+	}
+	if s.Partitions == 0 {
+		s.Partitions = defPartitions
+	}
+	if s.QueueSize < 0 || s.QueueSize > 1<<24 {
+		return &SpecError{"queue_size", fmt.Sprintf("must be in [1, %d] events (0 = default), got %d", 1<<24, s.QueueSize)}
+	}
+	if s.QueueSize == 0 {
+		s.QueueSize = defQueue
+	}
+	return nil
+}
+
+// DecodeSpec reads one job spec from JSON, refusing unknown fields and
+// wrong types with a SpecError that names the field.
+func DecodeSpec(data []byte) (Spec, error) {
+	var s Spec
+	if err := strictJSON(data, &s); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// Config file: {"jobs": [spec, ...]} in YAML or JSON.
+type configFile struct {
+	Jobs []json.RawMessage `json:"jobs"`
+}
+
+// ParseConfig reads a YAML or JSON config file holding a list of jobs.
+// Errors name the job by its index: "jobs[1].params.k: ...".
+func ParseConfig(data []byte) ([]Spec, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("config: not valid YAML or JSON: %w", err)
+	}
+	var cf configFile
+	if err := strictJSON(js, &cf); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	specs := make([]Spec, 0, len(cf.Jobs))
+	for i, raw := range cf.Jobs {
+		s, err := DecodeSpec(raw)
+		if err != nil {
+			var se *SpecError
+			if errors.As(err, &se) {
+				return nil, &SpecError{fmt.Sprintf("jobs[%d].%s", i, se.Field), se.Msg}
+			}
+			return nil, fmt.Errorf("jobs[%d]: %w", i, err)
+		}
+		specs = append(specs, s)
+	}
+	return specs, nil
+}
+
+// strictJSON decodes data into v, turning encoding/json's errors into
+// SpecErrors that name the field.
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &te):
+			return &SpecError{te.Field, fmt.Sprintf("must be of type %s, got JSON %s", te.Type, te.Value)}
+		case errors.As(err, &se):
+			return &SpecError{"", fmt.Sprintf("not valid JSON at byte %d: %v", se.Offset, se)}
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return &SpecError{f, "unknown field"}
+		case errors.Is(err, io.EOF):
+			return &SpecError{"", "empty document"}
+		}
+		return &SpecError{"", err.Error()}
+	}
+	if dec.More() {
+		return &SpecError{"", "trailing data after the JSON document"}
+	}
+	return nil
+}
+
+// Params reads a kind's parameters, checking type and range and naming the
+// parameter in every error. Unknown parameters are refused by Done, so a
+// typo never silently falls back to a default.
+type Params struct {
+	m    map[string]any
+	used map[string]bool
+}
+
+func newParams(m map[string]any) *Params { return &Params{m: m, used: map[string]bool{}} }
+
+func (p *Params) get(name string) (any, bool) {
+	p.used[name] = true
+	v, ok := p.m[name]
+	if ok && v == nil {
+		return nil, false
+	}
+	return v, ok
+}
+
+func perr(name, format string, a ...any) error {
+	return &SpecError{"params." + name, fmt.Sprintf(format, a...)}
+}
+
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		f, err := x.Float64()
+		return f, err == nil
+	case float64:
+		return x, true
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+// Float reads a number in [lo, hi].
+func (p *Params) Float(name string, def, lo, hi float64) (float64, error) {
+	v, ok := p.get(name)
+	if !ok {
+		return def, nil
+	}
+	f, ok := number(v)
+	if !ok {
+		return 0, perr(name, "must be a number, got %s", jsonType(v))
+	}
+	if f < lo || f > hi || math.IsNaN(f) {
+		return 0, perr(name, "must be in [%g, %g], got %g", lo, hi, f)
+	}
+	return f, nil
+}
+
+// Int reads an integer in [lo, hi].
+func (p *Params) Int(name string, def, lo, hi int) (int, error) {
+	v, ok := p.get(name)
+	if !ok {
+		return def, nil
+	}
+	f, ok := number(v)
+	if !ok {
+		return 0, perr(name, "must be an integer, got %s", jsonType(v))
+	}
+	if f != math.Trunc(f) {
+		return 0, perr(name, "must be an integer, got %g", f)
+	}
+	if f < float64(lo) || f > float64(hi) {
+		return 0, perr(name, "must be in [%d, %d], got %g", lo, hi, f)
+	}
+	return int(f), nil
+}
+
+// String reads a string; when allowed is not empty it must be one of them.
+func (p *Params) String(name, def string, allowed ...string) (string, error) {
+	v, ok := p.get(name)
+	if !ok {
+		return def, nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", perr(name, "must be a string, got %s", jsonType(v))
+	}
+	if len(allowed) > 0 {
+		for _, a := range allowed {
+			if s == a {
+				return s, nil
+			}
+		}
+		return "", perr(name, "must be one of %s, got %q", strings.Join(allowed, ", "), s)
+	}
+	return s, nil
+}
+
+// Bool reads a boolean.
+func (p *Params) Bool(name string, def bool) (bool, error) {
+	v, ok := p.get(name)
+	if !ok {
+		return def, nil
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, perr(name, "must be true or false, got %s", jsonType(v))
+	}
+	return b, nil
+}
+
+// Done refuses parameters that no reader asked for.
+func (p *Params) Done() error {
+	var unknown []string
+	for k := range p.m {
+		if !p.used[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	known := make([]string, 0, len(p.used))
+	for k := range p.used {
+		known = append(known, k)
+	}
+	sort.Strings(known)
+	return perr(unknown[0], "unknown parameter; known: %s", strings.Join(known, ", "))
+}
+
+func jsonType(v any) string {
+	switch x := v.(type) {
+	case string:
+		return fmt.Sprintf("string %q", x)
+	case bool:
+		return fmt.Sprintf("boolean %v", x)
+	case json.Number, float64, int, int64:
+		return fmt.Sprintf("number %v", x)
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}

@@ -1,0 +1,23 @@
+// Package web is mlstream's dashboard: static files embedded in the binary
+// with go:embed, so no build step runs at run time and nothing is fetched
+// from outside the service. The page reads GET /v1/jobs and the WebSocket
+// feed /v1/ws.
+package web
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+)
+
+//go:embed static
+var files embed.FS
+
+// Handler serves the dashboard at / (index.html) and its assets.
+func Handler() http.Handler {
+	sub, err := fs.Sub(files, "static")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	return http.FileServer(http.FS(sub))
+}
