@@ -43,7 +43,9 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) accepted(stream string, n int) { m.acceptedVec.WithLabelValues(stream).Add(float64(n)) }
+func (m *metrics) accepted(stream string, n int) {
+	m.acceptedVec.WithLabelValues(stream).Add(float64(n))
+}
 
 // refused counts events refused with reason (see the metric's help).
 func (m *metrics) refused(stream, reason string, n int) {

@@ -25,16 +25,16 @@ var errUsage = errors.New("usage")
 
 // serverOptions are the flags shared by serve and demo.
 type serverOptions struct {
-	addr, config, data   string
-	partitions, queue    int
-	ingestWait           time.Duration
-	maxBody, maxEvent    int64
-	logLevel, logFormat  string
-	shutdownGrace        time.Duration
-	ready                func(addr string) // called once listening, with the bound address
-	extraSpecs           []runtime.Spec
-	onEngine             func(e *runtime.Engine)
-	stdout, stderr       io.Writer
+	addr, config, data  string
+	partitions, queue   int
+	ingestWait          time.Duration
+	maxBody, maxEvent   int64
+	logLevel, logFormat string
+	shutdownGrace       time.Duration
+	ready               func(addr string) // called once listening, with the bound address
+	extraSpecs          []runtime.Spec
+	onEngine            func(e *runtime.Engine)
+	stdout, stderr      io.Writer
 }
 
 func (o *serverOptions) register(fs *flag.FlagSet, defConfig bool) {
