@@ -1,0 +1,347 @@
+package learners
+
+import (
+	"math"
+	"slices"
+	"sync/atomic"
+)
+
+// Layout of the global state: stride words per slot, interleaved so that one
+// feature touches one cache line (two slots per 64-byte line).
+const (
+	stride = 4
+	offA   = 0 // FTRL z; AdaGrad and SGD: w (in normalized units)
+	offB   = 1 // FTRL n; AdaGrad: sum of squared gradients; SGD: unused
+	offS   = 2 // per-feature scale s = max |x| seen (adaptive only)
+	// word 3 is padding, reserved.
+)
+
+type optKind uint8
+
+const (
+	optFTRL optKind = iota + 1
+	optAdaGrad
+	optSGD
+)
+
+type normKind uint8
+
+const (
+	normNone normKind = iota
+	normL2
+	normLog1pL2
+)
+
+// maxMargin bounds the margin given to the sigmoid, so exp never overflows
+// and probabilities stay in (0, 1).
+const maxMargin = 35
+
+// Model is the versioned global logistic regression model of a job. It is
+// safe for concurrent use: Predict, Weight, Snapshot and WriteTo may run
+// while Learners sync into it, and all state is accessed with sync/atomic.
+// A Model is trained through Learners (see NewLearner).
+type Model struct {
+	cfg      Config
+	opt      optKind
+	norm     normKind
+	adaptive bool
+	alpha    float64
+	invAlpha float64
+	beta     float64
+	l1, l2   float64
+	clip     float64
+
+	mask   uint64 // (1 << HashBits) - 1
+	bias   int    // slot of the intercept: 1 << HashBits
+	nslots int    // (1 << HashBits) + 1
+
+	// state holds stride float64 bits per slot; access only with sync/atomic.
+	state []uint64
+
+	version atomic.Uint64 // syncs applied
+	updates atomic.Uint64 // labelled events merged
+}
+
+// NewModel validates cfg, fills its defaults and returns an empty model.
+func NewModel(cfg Config) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.EnsureDefaults()
+	a := *cfg.Adaptive // copy so the caller's pointer is not shared
+	cfg.Adaptive = &a
+	m := &Model{
+		cfg:      cfg,
+		adaptive: a,
+		alpha:    cfg.Alpha,
+		invAlpha: 1 / cfg.Alpha,
+		beta:     cfg.Beta,
+		l1:       cfg.L1,
+		l2:       cfg.L2,
+		clip:     cfg.Clip,
+		mask:     1<<uint(cfg.HashBits) - 1,
+		bias:     1 << uint(cfg.HashBits),
+		nslots:   1<<uint(cfg.HashBits) + 1,
+	}
+	switch cfg.Optimizer {
+	case OptimizerFTRL:
+		m.opt = optFTRL
+	case OptimizerAdaGrad:
+		m.opt = optAdaGrad
+	case OptimizerSGD:
+		m.opt = optSGD
+	}
+	switch cfg.Normalize {
+	case NormalizeL2:
+		m.norm = normL2
+	case NormalizeLog1pL2:
+		m.norm = normLog1pL2
+	}
+	m.state = make([]uint64, m.nslots*stride)
+	adviseHuge(m.state)
+	return m, nil
+}
+
+// Config returns the model's configuration, with defaults filled.
+func (m *Model) Config() Config {
+	c := m.cfg
+	a := *c.Adaptive
+	c.Adaptive = &a
+	return c
+}
+
+// Version returns the number of syncs applied to the model.
+func (m *Model) Version() uint64 { return m.version.Load() }
+
+// Updates returns the number of labelled events merged into the model.
+func (m *Model) Updates() uint64 { return m.updates.Load() }
+
+// Slot returns the weight slot of a feature hash.
+func (m *Model) Slot(hash uint64) int { return int(hash & m.mask) }
+
+// BiasSlot returns the slot of the intercept, 1<<HashBits (past the
+// feature slots, so it never collides with a feature).
+func (m *Model) BiasSlot() int { return m.bias }
+
+// Slots returns the number of slots including the intercept:
+// (1<<HashBits)+1.
+func (m *Model) Slots() int { return m.nslots }
+
+func (m *Model) load(i int) float64 { return math.Float64frombits(atomic.LoadUint64(&m.state[i])) }
+
+// addFloat adds d to the float64 stored at state[i], atomically.
+func (m *Model) addFloat(i int, d float64) {
+	p := &m.state[i]
+	for {
+		old := atomic.LoadUint64(p)
+		if atomic.CompareAndSwapUint64(p, old, math.Float64bits(math.Float64frombits(old)+d)) {
+			return
+		}
+	}
+}
+
+// growScale raises the scale of slot to x (> 0) if it is smaller, and
+// rescales the slot's global state so that its effective weight is
+// unchanged. It returns the factor r = new/old by which the caller must
+// rescale its local delta of word A, or 1 if the scale did not grow (or
+// the slot was never touched). Other learners' unsynced deltas of the slot
+// stay in the old scale until they sync (the documented approximation).
+func (m *Model) growScale(slot int, x float64) float64 {
+	base := slot * stride
+	p := &m.state[base+offS]
+	for {
+		oldBits := atomic.LoadUint64(p)
+		old := math.Float64frombits(oldBits)
+		if x <= old {
+			return 1
+		}
+		if atomic.CompareAndSwapUint64(p, oldBits, math.Float64bits(x)) {
+			if old == 0 {
+				return 1
+			}
+			r := x / old
+			m.rescaleA(base+offA, r)
+			return r
+		}
+	}
+}
+
+// rescaleA multiplies word A by r atomically. For FTRL with L1 it applies
+// z' = r*z - (r-1)*sign(z)*L1, which keeps w/s exact (w = 0 stays 0).
+func (m *Model) rescaleA(i int, r float64) {
+	p := &m.state[i]
+	for {
+		oldBits := atomic.LoadUint64(p)
+		z := math.Float64frombits(oldBits)
+		nz := r * z
+		if m.opt == optFTRL && m.l1 > 0 {
+			nz -= (r - 1) * math.Copysign(m.l1, z)
+		}
+		if atomic.CompareAndSwapUint64(p, oldBits, math.Float64bits(nz)) {
+			return
+		}
+	}
+}
+
+// rawWeight returns the weight in normalized units for state (a, b).
+func (m *Model) rawWeight(a, b float64) float64 {
+	if m.opt != optFTRL {
+		return a
+	}
+	if m.l1 == 0 {
+		return -a / ((m.beta+math.Sqrt(b))/m.alpha + m.l2)
+	}
+	if math.Abs(a) <= m.l1 {
+		return 0
+	}
+	return -(a - math.Copysign(m.l1, a)) / ((m.beta+math.Sqrt(b))/m.alpha + m.l2)
+}
+
+// Weight returns the effective weight of a slot (the coefficient applied to
+// the feature's raw, normalized-per-event value), or 0 for an out-of-range
+// slot.
+func (m *Model) Weight(slot int) float64 {
+	if slot < 0 || slot >= m.nslots {
+		return 0
+	}
+	base := slot * stride
+	w := m.rawWeight(m.load(base+offA), m.load(base+offB))
+	if m.adaptive {
+		s := m.load(base + offS)
+		if s == 0 {
+			return 0
+		}
+		w /= s
+	}
+	return w
+}
+
+// eventNorm returns the factor by which per-event normalization multiplies
+// the (transformed) values.
+func (m *Model) eventNorm(feats []Feature) float64 {
+	if m.norm == normNone {
+		return 1
+	}
+	var ss float64
+	for _, f := range feats {
+		v := m.transform(f.Value)
+		ss += v * v
+	}
+	if ss == 0 {
+		return 1
+	}
+	return 1 / math.Sqrt(ss)
+}
+
+func (m *Model) transform(v float64) float64 {
+	if m.norm == normLog1pL2 {
+		return math.Copysign(math.Log1p(math.Abs(v)), v)
+	}
+	return v
+}
+
+// Predict returns the probability of a positive label with the global
+// model. It does not allocate and is safe for concurrent use.
+func (m *Model) Predict(feats []Feature) float64 {
+	return m.predict(feats, nil)
+}
+
+// predict computes the probability with the global state plus the optional
+// local delta.
+func (m *Model) predict(feats []Feature, local *deltaMap) float64 {
+	k := m.eventNorm(feats)
+	margin := m.slotMargin(m.bias, 1, local)
+	for _, f := range feats {
+		x := m.transform(f.Value) * k
+		if x == 0 || x != x {
+			continue
+		}
+		margin += m.slotMargin(int(f.Hash&m.mask), x, local)
+	}
+	return sigmoid(margin)
+}
+
+func (m *Model) slotMargin(slot int, x float64, local *deltaMap) float64 {
+	base := slot * stride
+	a, b := m.load(base+offA), m.load(base+offB)
+	if local != nil {
+		da, db := local.get(slot)
+		a += da
+		b += db
+	}
+	w := m.rawWeight(a, b)
+	if m.adaptive {
+		s := m.load(base + offS)
+		if s == 0 {
+			return 0
+		}
+		w /= s
+	}
+	return w * x
+}
+
+func sigmoid(margin float64) float64 {
+	if margin > maxMargin {
+		margin = maxMargin
+	} else if margin < -maxMargin {
+		margin = -maxMargin
+	} else if margin != margin {
+		margin = 0
+	}
+	return 1 / (1 + math.Exp(-margin))
+}
+
+// Snapshot is a versioned view of the global model for the API.
+type Snapshot struct {
+	Version  uint64        `json:"version"`
+	Updates  uint64        `json:"updates"`
+	HashBits int           `json:"hash_bits"`
+	NonZero  int           `json:"nonzero_weights"`
+	Weights  []WeightEntry `json:"weights,omitempty"`
+}
+
+// WeightEntry is one non-zero effective weight. The intercept is reported
+// under Slot = 1<<HashBits (see Model.BiasSlot).
+type WeightEntry struct {
+	Slot   int     `json:"slot"`
+	Weight float64 `json:"weight"`
+}
+
+// Snapshot returns the version, the update count and the number of non-zero
+// weights and, if withWeights, the non-zero weights with the largest
+// absolute value first (at most limit of them; limit <= 0 means all). It
+// scans every slot (O(2^HashBits)). Under concurrent syncs it is not a
+// consistent cut: each slot is read atomically, and Version is read first.
+func (m *Model) Snapshot(withWeights bool, limit int) Snapshot {
+	s := Snapshot{
+		Version:  m.Version(),
+		Updates:  m.Updates(),
+		HashBits: m.cfg.HashBits,
+	}
+	for slot := 0; slot < m.nslots; slot++ {
+		w := m.Weight(slot)
+		if w == 0 {
+			continue
+		}
+		s.NonZero++
+		if withWeights {
+			s.Weights = append(s.Weights, WeightEntry{Slot: slot, Weight: w})
+		}
+	}
+	if withWeights {
+		slices.SortFunc(s.Weights, func(a, b WeightEntry) int {
+			aa, bb := math.Abs(a.Weight), math.Abs(b.Weight)
+			switch {
+			case aa > bb:
+				return -1
+			case aa < bb:
+				return 1
+			}
+			return a.Slot - b.Slot
+		})
+		if limit > 0 && len(s.Weights) > limit {
+			s.Weights = slices.Clip(s.Weights[:limit])
+		}
+	}
+	return s
+}

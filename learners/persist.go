@@ -1,0 +1,203 @@
+package learners
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"sync/atomic"
+)
+
+// Binary snapshot format (little endian):
+//
+//	magic    [8]byte "MLSLR\x00\x00\x01"
+//	hashBits uint8, optimizer uint8 (1 ftrl, 2 adagrad, 3 sgd), adaptive uint8, reserved uint8
+//	version  uint64, updates uint64, count uint64 (slots that follow)
+//	count x { slot uint32, a uint64, b uint64, s uint64 } (float64 bits, slots increasing)
+//	crc      uint32: CRC-32C of everything before it
+//
+// Only non-zero slots are written, so a snapshot is proportional to the
+// features seen, not to 2^HashBits.
+var snapshotMagic = [8]byte{'M', 'L', 'S', 'L', 'R', 0, 0, 1}
+
+const (
+	headerSize = 8 + 4 + 3*8
+	entrySize  = 4 + 3*8
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrCorrupt is returned (wrapped) by ReadFrom for a snapshot that is not
+// one, is truncated, or fails its checksum.
+var ErrCorrupt = errors.New("learners: corrupt model snapshot")
+
+// ErrIncompatible is returned (wrapped) by ReadFrom for a snapshot taken with
+// different hash bits, optimizer or adaptive setting.
+var ErrIncompatible = errors.New("learners: incompatible model snapshot")
+
+// WriteTo writes a full binary snapshot of the global state (hash bits,
+// optimizer, version, updates and every non-zero slot) to w, and returns the
+// number of bytes written. It may run concurrently with syncs; each slot
+// word is read atomically but the snapshot is not a consistent cut across
+// slots (the difference is bounded by the syncs that ran meanwhile).
+// Local deltas of Learners are not included.
+func (m *Model) WriteTo(w io.Writer) (int64, error) {
+	cw := &countWriter{w: w}
+	bw := bufio.NewWriterSize(cw, 64<<10)
+	crc := crc32.New(crcTable)
+	out := io.MultiWriter(bw, crc)
+
+	// Collect non-zero slots first: the count goes in the header.
+	var slots []uint32
+	for s := 0; s < m.nslots; s++ {
+		base := s * stride
+		if atomic.LoadUint64(&m.state[base+offA])|atomic.LoadUint64(&m.state[base+offB])|atomic.LoadUint64(&m.state[base+offS]) != 0 {
+			slots = append(slots, uint32(s))
+		}
+	}
+	var hdr [headerSize]byte
+	copy(hdr[:], snapshotMagic[:])
+	hdr[8] = byte(m.cfg.HashBits)
+	hdr[9] = byte(m.opt)
+	if m.adaptive {
+		hdr[10] = 1
+	}
+	binary.LittleEndian.PutUint64(hdr[12:], m.Version())
+	binary.LittleEndian.PutUint64(hdr[20:], m.Updates())
+	binary.LittleEndian.PutUint64(hdr[28:], uint64(len(slots)))
+	if _, err := out.Write(hdr[:]); err != nil {
+		return cw.n, err
+	}
+	var e [entrySize]byte
+	for _, s := range slots {
+		base := int(s) * stride
+		binary.LittleEndian.PutUint32(e[0:], s)
+		binary.LittleEndian.PutUint64(e[4:], atomic.LoadUint64(&m.state[base+offA]))
+		binary.LittleEndian.PutUint64(e[12:], atomic.LoadUint64(&m.state[base+offB]))
+		binary.LittleEndian.PutUint64(e[20:], atomic.LoadUint64(&m.state[base+offS]))
+		if _, err := out.Write(e[:]); err != nil {
+			return cw.n, err
+		}
+	}
+	var sum [4]byte
+	binary.LittleEndian.PutUint32(sum[:], crc.Sum32())
+	if _, err := bw.Write(sum[:]); err != nil {
+		return cw.n, err
+	}
+	err := bw.Flush()
+	return cw.n, err
+}
+
+// ReadFrom replaces the global state of m with a snapshot written by
+// WriteTo, and returns the number of bytes read. It reads exactly the
+// snapshot, never past it. The snapshot must have the same hash bits,
+// optimizer and adaptive setting as m (else ErrIncompatible); a damaged one
+// gives ErrCorrupt, and m is left unchanged on any error. ReadFrom is meant
+// for recovery: it must not run while Learners of m learn or sync, and their
+// local deltas are kept as they are.
+func (m *Model) ReadFrom(r io.Reader) (int64, error) {
+	var n int64
+	crc := crc32.New(crcTable)
+	read := func(buf []byte) error {
+		k, err := io.ReadFull(r, buf)
+		n += int64(k)
+		if err != nil {
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				return fmt.Errorf("%w: truncated", ErrCorrupt)
+			}
+			return err
+		}
+		return nil
+	}
+	var hdr [headerSize]byte
+	if err := read(hdr[:]); err != nil {
+		return n, err
+	}
+	if [8]byte(hdr[:8]) != snapshotMagic {
+		return n, fmt.Errorf("%w: bad magic", ErrCorrupt)
+	}
+	crc.Write(hdr[:])
+	bits, opt, adaptive := int(hdr[8]), optKind(hdr[9]), hdr[10] == 1
+	if bits != m.cfg.HashBits {
+		return n, fmt.Errorf("%w: hash_bits %d, model has %d", ErrIncompatible, bits, m.cfg.HashBits)
+	}
+	if opt != m.opt {
+		return n, fmt.Errorf("%w: optimizer %d, model has %d", ErrIncompatible, opt, m.opt)
+	}
+	if adaptive != m.adaptive {
+		return n, fmt.Errorf("%w: adaptive %v, model has %v", ErrIncompatible, adaptive, m.adaptive)
+	}
+	version := binary.LittleEndian.Uint64(hdr[12:])
+	updates := binary.LittleEndian.Uint64(hdr[20:])
+	count := binary.LittleEndian.Uint64(hdr[28:])
+	if count > uint64(m.nslots) {
+		return n, fmt.Errorf("%w: %d slots, model has %d", ErrCorrupt, count, m.nslots)
+	}
+	type entry struct {
+		slot    uint32
+		a, b, s uint64
+	}
+	entries := make([]entry, 0, count)
+	buf := make([]byte, 1024*entrySize)
+	next := int64(0)
+	for left := int(count); left > 0; {
+		k := min(left, 1024)
+		chunk := buf[:k*entrySize]
+		if err := read(chunk); err != nil {
+			return n, err
+		}
+		crc.Write(chunk)
+		for off := 0; off < len(chunk); off += entrySize {
+			e := entry{
+				slot: binary.LittleEndian.Uint32(chunk[off:]),
+				a:    binary.LittleEndian.Uint64(chunk[off+4:]),
+				b:    binary.LittleEndian.Uint64(chunk[off+12:]),
+				s:    binary.LittleEndian.Uint64(chunk[off+20:]),
+			}
+			if int64(e.slot) < next || int(e.slot) >= m.nslots {
+				return n, fmt.Errorf("%w: slot %d out of order or range", ErrCorrupt, e.slot)
+			}
+			for _, v := range [3]uint64{e.a, e.b, e.s} {
+				if f := math.Float64frombits(v); math.IsNaN(f) || math.IsInf(f, 0) {
+					return n, fmt.Errorf("%w: slot %d is not finite", ErrCorrupt, e.slot)
+				}
+			}
+			next = int64(e.slot) + 1
+			entries = append(entries, e)
+		}
+		left -= k
+	}
+	var sum [4]byte
+	if err := read(sum[:]); err != nil {
+		return n, err
+	}
+	if binary.LittleEndian.Uint32(sum[:]) != crc.Sum32() {
+		return n, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	for i := range m.state {
+		atomic.StoreUint64(&m.state[i], 0)
+	}
+	for _, e := range entries {
+		base := int(e.slot) * stride
+		atomic.StoreUint64(&m.state[base+offA], e.a)
+		atomic.StoreUint64(&m.state[base+offB], e.b)
+		atomic.StoreUint64(&m.state[base+offS], e.s)
+	}
+	m.updates.Store(updates)
+	m.version.Store(version)
+	return n, nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	k, err := c.w.Write(p)
+	c.n += int64(k)
+	return k, err
+}

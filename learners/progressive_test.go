@@ -1,0 +1,189 @@
+package learners
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+type obs struct {
+	p     float64
+	label bool
+}
+
+// brute computes the measures of events directly; AUC by pairwise
+// comparison of the raw probabilities. sameBin is the share of
+// positive-negative pairs in one AUC bin with different probabilities,
+// which bounds (times 1/2) the histogram's AUC error.
+func brute(events []obs) (m Measures, sameBin float64) {
+	m.Count = int64(len(events))
+	if m.Count == 0 {
+		return m, 0
+	}
+	var correct, loss float64
+	for _, e := range events {
+		if e.label {
+			m.Positives++
+		}
+		if (e.p > 0.5) == e.label {
+			correct++
+		}
+		loss += logLoss(e.p, e.label)
+	}
+	m.Accuracy = correct / float64(m.Count)
+	m.LogLoss = loss / float64(m.Count)
+	var pairs, conc, same float64
+	for _, a := range events {
+		if !a.label {
+			continue
+		}
+		for _, b := range events {
+			if b.label {
+				continue
+			}
+			pairs++
+			switch {
+			case a.p > b.p:
+				conc++
+			case a.p == b.p:
+				conc += 0.5
+			}
+			if probBin(a.p) == probBin(b.p) && a.p != b.p {
+				same++
+			}
+		}
+	}
+	if pairs > 0 {
+		m.AUC = conc / pairs
+		sameBin = same / pairs
+	}
+	return m, sameBin
+}
+
+func checkMeasures(t *testing.T, what string, got Measures, events []obs) {
+	t.Helper()
+	want, same := brute(events)
+	if got.Count != want.Count || got.Positives != want.Positives {
+		t.Errorf("%s: count %d/%d, want %d/%d", what, got.Count, got.Positives, want.Count, want.Positives)
+	}
+	if math.Abs(got.Accuracy-want.Accuracy) > 1e-12 {
+		t.Errorf("%s: accuracy %v, want %v", what, got.Accuracy, want.Accuracy)
+	}
+	if math.Abs(got.LogLoss-want.LogLoss) > 1e-6*math.Max(1, want.LogLoss) { // the window keeps float32 losses
+		t.Errorf("%s: log loss %v, want %v", what, got.LogLoss, want.LogLoss)
+	}
+	if math.Abs(got.AUC-want.AUC) > same/2+1e-12 {
+		t.Errorf("%s: AUC %v, want %v (same-bin share %v)", what, got.AUC, want.AUC, same)
+	}
+}
+
+func TestProgressive(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	random := func(n int, noise float64) []obs {
+		ev := make([]obs, n)
+		for i := range ev {
+			l := r.IntN(2) == 1
+			p := r.Float64()
+			if l {
+				p = math.Min(1, p+noise)
+			}
+			ev[i] = obs{p, l}
+		}
+		return ev
+	}
+	cases := []struct {
+		name   string
+		window int
+		events []obs
+	}{
+		{"empty", 5, nil},
+		{"one positive", 5, []obs{{0.9, true}}},
+		{"all negative", 5, []obs{{0.1, false}, {0.7, false}, {0.3, false}}},
+		{"perfect", 10, []obs{{0.9, true}, {0.1, false}, {0.8, true}, {0.2, false}}},
+		{"reversed", 10, []obs{{0.1, true}, {0.9, false}, {0.2, true}, {0.8, false}}},
+		{"ties at one half", 10, []obs{{0.5, true}, {0.5, false}, {0.5, false}}},
+		{"extremes clamp the loss", 10, []obs{{0, true}, {1, false}, {1, true}, {0, false}}},
+		{"window shorter than run", 3, []obs{{0.9, true}, {0.2, true}, {0.4, false}, {0.6, false}, {0.7, true}, {0.3, false}, {0.1, true}}},
+		{"random 50, window 7", 7, random(50, 0.3)},
+		{"random 300, window 100", 100, random(300, 0.1)},
+		{"random 1000, window 1000", 1000, random(1000, 0.2)},
+		{"random 2500, window 999", 999, random(2500, 0.5)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewProgressive(tc.window)
+			for _, e := range tc.events {
+				p.Observe(e.p, e.label)
+			}
+			s := p.Summary()
+			checkMeasures(t, "all", s.All, tc.events)
+			recent := tc.events[max(0, len(tc.events)-tc.window):]
+			checkMeasures(t, "recent", s.Recent, recent)
+			if _, err := json.Marshal(s); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestProgressiveMergeClone(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	const window, parts = 50, 3
+	whole := NewProgressive(window)
+	ps := make([]*Progressive, parts)
+	var tails [parts][]obs
+	for i := range ps {
+		ps[i] = NewProgressive(window)
+	}
+	for i := range 1000 {
+		e := obs{r.Float64(), r.IntN(3) == 0}
+		whole.Observe(e.p, e.label)
+		ps[i%parts].Observe(e.p, e.label)
+		tails[i%parts] = append(tails[i%parts], e)
+	}
+	job := NewProgressive(window)
+	var recent []obs
+	for i, p := range ps {
+		job.Merge(p.Clone())
+		recent = append(recent, tails[i][len(tails[i])-window:]...)
+	}
+	s := job.Summary()
+	if s.All != whole.Summary().All {
+		t.Errorf("merged whole run %+v, want %+v", s.All, whole.Summary().All)
+	}
+	checkMeasures(t, "merged recent", s.Recent, recent)
+
+	// A clone is independent of the original.
+	c := ps[0].Clone()
+	before := ps[0].Summary()
+	c.Observe(0.99, false)
+	if ps[0].Summary() != before {
+		t.Error("observing a clone changed the original")
+	}
+	// A Progressive with merged counts keeps observing its own window.
+	job.Observe(0.9, true)
+	if got := job.Summary().Recent.Count; got != parts*window+1 {
+		t.Errorf("recent count after observe %d", got)
+	}
+}
+
+func TestProgressiveNoAlloc(t *testing.T) {
+	p := NewProgressive(100)
+	if n := testing.AllocsPerRun(1000, func() { p.Observe(0.3, true) }); n != 0 {
+		t.Errorf("Observe allocates %v", n)
+	}
+}
+
+func TestProgressiveLongRunLoss(t *testing.T) {
+	// Adding and subtracting losses for many windows stays accurate.
+	p := NewProgressive(10)
+	for i := range 1_000_003 {
+		p.Observe(float64(i%97)/97, i%2 == 0)
+	}
+	var ev []obs
+	for i := 1_000_003 - 10; i < 1_000_003; i++ {
+		ev = append(ev, obs{float64(i%97) / 97, i%2 == 0})
+	}
+	checkMeasures(t, "recent", p.Summary().Recent, ev)
+}
