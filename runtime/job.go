@@ -49,8 +49,49 @@ type Job struct {
 	accepted atomic.Uint64 // events queued
 	lat      latencyHist
 	samples  sampler
+	gate     gate
 	wg       sync.WaitGroup // partition goroutines
 }
+
+// gate holds partitions back while a job is paused.
+type gate struct {
+	mu sync.Mutex
+	ch chan struct{} // non-nil while paused; closed by resume
+}
+
+func (g *gate) pause() {
+	g.mu.Lock()
+	if g.ch == nil {
+		g.ch = make(chan struct{})
+	}
+	g.mu.Unlock()
+}
+
+func (g *gate) resume() {
+	g.mu.Lock()
+	if g.ch != nil {
+		close(g.ch)
+		g.ch = nil
+	}
+	g.mu.Unlock()
+}
+
+func (g *gate) wait() {
+	g.mu.Lock()
+	ch := g.ch
+	g.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// Pause holds the job's partitions before their next batch: events still
+// queue, and once the queues are full ingest answers ErrBusy. For
+// maintenance and for tests of flow control.
+func (j *Job) Pause() { j.gate.pause() }
+
+// Resume lets a paused job process again.
+func (j *Job) Resume() { j.gate.resume() }
 
 // partition is one goroutine's share of a job.
 type partition struct {
@@ -91,6 +132,7 @@ func (j *Job) start() {
 
 // stop closes the queues and waits until every queued event is processed.
 func (j *Job) stop() {
+	j.gate.resume()
 	for _, p := range j.parts {
 		p.q.close()
 	}
@@ -98,12 +140,15 @@ func (j *Job) stop() {
 }
 
 // run is the partition goroutine: take whatever is queued, process it in
-// order, and tell the operator when the queue runs dry.
+// order, and tell the operator when the queue runs dry. The queue and the
+// partition swap two slices back and forth: buf is always the one the
+// queue does not hold.
 func (p *partition) run() {
 	var buf []batch
 	for range p.q.notify {
 		for {
 			batches, closed := p.q.take(buf)
+			buf = batches
 			if len(batches) == 0 {
 				p.op.idle()
 				if closed {
@@ -112,6 +157,7 @@ func (p *partition) run() {
 				break
 			}
 			for i := range batches {
+				p.job.gate.wait()
 				b := &batches[i]
 				n := len(b.recs)
 				p.op.process(b.recs)
@@ -120,7 +166,6 @@ func (p *partition) run() {
 				p.q.done(n)
 				*b = batch{}
 			}
-			buf = batches[:0]
 		}
 	}
 }

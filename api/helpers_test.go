@@ -1,0 +1,160 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/mlstream/mlstream/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// testServer is a real engine behind a real HTTP server on loopback.
+type testServer struct {
+	t      *testing.T
+	engine *runtime.Engine
+	api    *Server
+	http   *httptest.Server
+	reg    *prometheus.Registry
+}
+
+type serverOpt func(*runtime.Config, *Config)
+
+func newTestServer(t *testing.T, opts ...serverOpt) *testServer {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ecfg := runtime.Config{Partitions: 2, Registry: reg, Logger: log}
+	acfg := Config{Gatherer: reg, Logger: log, StatsInterval: 50 * time.Millisecond}
+	for _, o := range opts {
+		o(&ecfg, &acfg)
+	}
+	e := runtime.NewEngine(ecfg)
+	acfg.Engine = e
+	s := New(acfg)
+	s.SetReady(true)
+	hs := httptest.NewServer(s)
+	ts := &testServer{t: t, engine: e, api: s, http: hs, reg: reg}
+	t.Cleanup(func() {
+		hs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("engine close: %v", err)
+		}
+	})
+	return ts
+}
+
+// do sends a request and returns the status and the decoded JSON body.
+func (ts *testServer) do(method, path, contentType string, body []byte) (int, http.Header, map[string]any) {
+	ts.t.Helper()
+	req, err := http.NewRequest(method, ts.http.URL+path, bytes.NewReader(body))
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	var out map[string]any
+	if len(bytes.TrimSpace(data)) > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(data, &out); err != nil {
+			ts.t.Fatalf("%s %s: body is not JSON: %v: %s", method, path, err, data)
+		}
+	}
+	return resp.StatusCode, resp.Header, out
+}
+
+func (ts *testServer) putJob(name, spec string) {
+	ts.t.Helper()
+	code, _, body := ts.do("PUT", "/v1/jobs/"+name, "application/json", []byte(spec))
+	if code != http.StatusCreated {
+		ts.t.Fatalf("PUT job %s: %d %v", name, code, body)
+	}
+}
+
+func (ts *testServer) post(stream, body string) (int, map[string]any) {
+	ts.t.Helper()
+	code, _, out := ts.do("POST", "/v1/streams/"+stream+"/events", "application/x-ndjson", []byte(body))
+	return code, out
+}
+
+func (ts *testServer) job(name string) runtime.JobStatus {
+	ts.t.Helper()
+	j, err := ts.engine.Job(name)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	return j.Status(false)
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitProcessed waits until the job has processed everything it accepted.
+func (ts *testServer) waitProcessed(name string) runtime.JobStatus {
+	ts.t.Helper()
+	var st runtime.JobStatus
+	waitFor(ts.t, "queues of "+name+" to drain", 20*time.Second, func() bool {
+		st = ts.job(name)
+		return st.Processed == st.Accepted
+	})
+	return st
+}
+
+func (ts *testServer) dialWS(query string) *websocket.Conn {
+	ts.t.Helper()
+	url := "ws" + strings.TrimPrefix(ts.http.URL, "http") + "/v1/ws?" + query
+	c, resp, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		if resp != nil {
+			ts.t.Fatalf("dial %s: %v (status %d)", url, err, resp.StatusCode)
+		}
+		ts.t.Fatalf("dial %s: %v", url, err)
+	}
+	ts.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readMessage reads one JSON message with a deadline.
+func readMessage(t *testing.T, c *websocket.Conn, timeout time.Duration) map[string]any {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
+	_, data, err := c.ReadMessage()
+	if err != nil {
+		t.Fatalf("reading websocket: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatalf("websocket message is not JSON: %v: %s", err, data)
+	}
+	return m
+}
+
+const logregSpec = `{"kind":"logreg","input":"mail","partitions":2,"params":{"hash_bits":16}}`
