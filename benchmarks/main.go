@@ -1,0 +1,270 @@
+// Command benchmarks measures mlstream on this machine and prints markdown
+// tables: in-process learning rate, and HTTP NDJSON ingest into a logreg
+// job beside the rate at which the fastest Go JSON parser we know
+// (valyala/fastjson) merely parses the same bytes. Everything runs in one
+// process, one after the other, so the figures compare as ratios.
+//
+//	go run ./benchmarks            # about a minute
+//	go run ./benchmarks -quick     # a few seconds, smaller inputs
+//	go run ./benchmarks -json out.json
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	goruntime "runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mlstream/mlstream/api"
+	"github.com/mlstream/mlstream/internal/gen"
+	"github.com/mlstream/mlstream/learners"
+	"github.com/mlstream/mlstream/runtime"
+	"github.com/valyala/fastjson"
+)
+
+type result struct {
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+	Note   string  `json:"note,omitempty"`
+	Target string  `json:"target,omitempty"`
+}
+
+func main() {
+	quick := flag.Bool("quick", false, "smaller inputs, fewer repetitions")
+	jsonOut := flag.String("json", "", "also write the results to this JSON file")
+	reps := flag.Int("reps", 5, "repetitions per measurement; the median is reported")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the ingest runs to this file")
+	flag.Parse()
+	n := 1_000_000
+	if *quick {
+		n, *reps = 200_000, 3
+	}
+	host, _ := os.Hostname()
+	fmt.Printf("# mlstream benchmarks\n\n%s, %s, %d CPUs, GOMAXPROCS %d, host %s; median of %d runs each.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), goruntime.Version(), goruntime.NumCPU(), goruntime.GOMAXPROCS(0), host, *reps)
+
+	var results []result
+	learn := median(*reps, func() float64 { return learnRate(n) })
+	results = append(results, result{Name: "learn (in process, one core, 20 features/event, ftrl)", Value: learn, Unit: "events/s", Target: ">= 2,000,000"})
+
+	body, events := ndjson(n / 2)
+	parse := median(*reps, func() float64 { return parseRate(body, events) })
+	results = append(results, result{Name: "parse NDJSON with fastjson (one core)", Value: parse, Unit: "events/s", Note: fmt.Sprintf("%.0f MB/s, %d B/event", parse*float64(len(body))/float64(events)/1e6, len(body)/events)})
+	std := median(*reps, func() float64 { return stdParseRate(body, events) })
+	results = append(results, result{Name: "parse NDJSON with encoding/json into a map (one core)", Value: std, Unit: "events/s", Note: "for reference"})
+
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			panic(err)
+		}
+		_ = pprof.StartCPUProfile(f)
+	}
+	ingest := median(*reps, func() float64 { return ingestRate(body, events) })
+	pprof.StopCPUProfile()
+	results = append(results, result{Name: "HTTP NDJSON ingest -> logreg (2 partitions, loopback, client in process)", Value: ingest, Unit: "events/s",
+		Note: fmt.Sprintf("%.0f%% of the fastjson parse rate", 100*ingest/parse), Target: ">= 50% of parse"})
+
+	fmt.Println("| measurement | value | note | target |")
+	fmt.Println("| --- | ---: | --- | --- |")
+	for _, r := range results {
+		fmt.Printf("| %s | %s %s | %s | %s |\n", r.Name, humanize(r.Value), r.Unit, r.Note, r.Target)
+	}
+	if *jsonOut != "" {
+		data, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC(), "cpus": goruntime.NumCPU(), "results": results}, "", "  ")
+		if err := os.WriteFile(*jsonOut, data, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+}
+
+func median(reps int, f func() float64) float64 {
+	xs := make([]float64, reps)
+	for i := range xs {
+		xs[i] = f()
+	}
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+func humanize(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// learnRate is events/s of one Learner on events of 20 features drawn from
+// a Zipf vocabulary of 10,000, labelled by a known model.
+func learnRate(n int) float64 {
+	const distinct = 20_000
+	events, labels := featureEvents(distinct, 20)
+	m, err := learners.NewModel(learners.DefaultConfig())
+	if err != nil {
+		panic(err)
+	}
+	l := m.NewLearner()
+	start := time.Now()
+	for i := range n {
+		k := i % distinct
+		l.Learn(events[k], labels[k])
+		if l.Pending() >= 1000 {
+			l.Sync()
+		}
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+func featureEvents(n, k int) ([][]learners.Feature, []bool) {
+	g := gen.New(gen.Config{Seed: 3, Vocabulary: 10_000, Words: k})
+	events := make([][]learners.Feature, n)
+	labels := make([]bool, n)
+	for i := range events {
+		ev := g.Next()
+		events[i] = ev.Features(nil)
+		if len(events[i]) > k {
+			events[i] = events[i][:k]
+		}
+		for len(events[i]) < k { // pad duplicates away with distinct extras
+			events[i] = append(events[i], learners.Feature{Hash: learners.HashName(fmt.Sprint("pad", len(events[i]))), Value: 1})
+		}
+		labels[i] = ev.Label
+	}
+	return events, labels
+}
+
+// ndjson is n generated events, one per line.
+func ndjson(n int) ([]byte, int) {
+	g := gen.New(gen.Config{Seed: 11})
+	var b []byte
+	for range n {
+		ev := g.Next()
+		b = append(ev.AppendJSON(b), '\n')
+	}
+	return b, n
+}
+
+func lines(body []byte, fn func([]byte)) {
+	for len(body) > 0 {
+		i := bytes.IndexByte(body, '\n')
+		if i < 0 {
+			fn(body)
+			return
+		}
+		fn(body[:i])
+		body = body[i+1:]
+	}
+}
+
+func parseRate(body []byte, events int) float64 {
+	var p fastjson.Parser
+	start := time.Now()
+	lines(body, func(l []byte) {
+		if _, err := p.ParseBytes(l); err != nil {
+			panic(err)
+		}
+	})
+	return float64(events) / time.Since(start).Seconds()
+}
+
+func stdParseRate(body []byte, events int) float64 {
+	start := time.Now()
+	lines(body, func(l []byte) {
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			panic(err)
+		}
+	})
+	return float64(events) / time.Since(start).Seconds()
+}
+
+// ingestRate posts body in requests of 1,000 events from two client
+// goroutines to a real server on loopback, and times until the job has
+// processed every event.
+func ingestRate(body []byte, events int) float64 {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e := runtime.NewEngine(runtime.Config{Partitions: 2, Logger: quiet})
+	defer e.Close(context.Background())
+	if _, err := e.PutJob(runtime.Spec{Name: "bench", Kind: "logreg", Input: "s", Params: map[string]any{"hash_bits": 18}}); err != nil {
+		panic(err)
+	}
+	job, _ := e.Job("bench")
+	srv := api.New(api.Config{Engine: e, Logger: quiet})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	hs := &http.Server{Handler: srv}
+	go hs.Serve(ln)
+	defer hs.Close()
+	url := "http://" + ln.Addr().String() + "/v1/streams/s/events"
+
+	var chunks [][]byte
+	for rest := body; len(rest) > 0; {
+		cut, k := 0, 0
+		for k < 1000 && cut < len(rest) {
+			i := bytes.IndexByte(rest[cut:], '\n')
+			if i < 0 {
+				cut = len(rest)
+				break
+			}
+			cut += i + 1
+			k++
+		}
+		chunks = append(chunks, rest[:cut])
+		rest = rest[cut:]
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	work := make(chan []byte, len(chunks))
+	for _, c := range chunks {
+		work <- c
+	}
+	close(work)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for c := range work {
+				for {
+					resp, err := client.Post(url, "application/x-ndjson", bytes.NewReader(c))
+					if err != nil {
+						panic(err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusAccepted {
+						break
+					}
+					if resp.StatusCode != http.StatusTooManyRequests {
+						panic(resp.Status)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for job.Status(false).Processed < uint64(events) {
+		time.Sleep(time.Millisecond)
+	}
+	return float64(events) / time.Since(start).Seconds()
+}
