@@ -19,7 +19,7 @@ import (
 
 // testServer is a real engine behind a real HTTP server on loopback.
 type testServer struct {
-	t      *testing.T
+	t      testing.TB
 	engine *runtime.Engine
 	api    *Server
 	http   *httptest.Server
@@ -28,7 +28,7 @@ type testServer struct {
 
 type serverOpt func(*runtime.Config, *Config)
 
-func newTestServer(t *testing.T, opts ...serverOpt) *testServer {
+func newTestServer(t testing.TB, opts ...serverOpt) *testServer {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -106,7 +106,7 @@ func (ts *testServer) job(name string) runtime.JobStatus {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -158,3 +158,7 @@ func readMessage(t *testing.T, c *websocket.Conn, timeout time.Duration) map[str
 }
 
 const logregSpec = `{"kind":"logreg","input":"mail","partitions":2,"params":{"hash_bits":16}}`
+
+func specFor(name string) runtime.Spec {
+	return runtime.Spec{Name: name, Kind: "logreg", Input: "mail", Partitions: 2, Params: map[string]any{"hash_bits": 18}}
+}

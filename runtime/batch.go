@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mlstream/mlstream/learners"
 	"github.com/valyala/fastjson"
 )
 
@@ -25,7 +24,7 @@ type Batch struct {
 type jobBatch struct {
 	job   *Job
 	parts [][]Record // per partition
-	arena []learners.Feature
+	arena arena
 }
 
 // NewBatch starts a request on a stream. It fails with ErrUnknownStream

@@ -13,9 +13,9 @@ import (
 // and making one operator per partition. Operators are driven only by
 // their partition goroutine.
 type kindJob interface {
-	// extract fills rec from one event. arena is scratch memory for the
-	// record's slices, shared by the records of one request.
-	extract(v *fastjson.Value, rec *Record, arena *[]learners.Feature, now int64) error
+	// extract fills rec from one event. a is scratch memory for the
+	// record's slices and strings, shared by the records of one request.
+	extract(v *fastjson.Value, rec *Record, a *arena, now int64) error
 	newPartition(index int, out emitter) partitionOp
 	// status adds the kind's view (model, metrics) to a job status.
 	status(st *JobStatus, detail bool)

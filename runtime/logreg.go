@@ -84,9 +84,9 @@ func newLogregJob(spec Spec, p *Params) (kindJob, error) {
 	return &logregJob{name: spec.Name, fields: fields, model: model, syncEvery: syncEvery, window: cfg.Window}, nil
 }
 
-func (j *logregJob) extract(v *fastjson.Value, rec *Record, arena *[]learners.Feature, now int64) error {
+func (j *logregJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64) error {
 	var err error
-	if rec.Key, err = extractKey(v, j.fields.Key); err != nil {
+	if rec.Key, err = extractKey(v, j.fields.Key, a); err != nil {
 		return err
 	}
 	if rec.TS, err = extractTS(v, j.fields.TS, now); err != nil {
@@ -95,9 +95,9 @@ func (j *logregJob) extract(v *fastjson.Value, rec *Record, arena *[]learners.Fe
 	if rec.Label, err = extractLabel(v, j.fields.Label); err != nil {
 		return err
 	}
-	start := len(*arena)
-	*arena, err = appendFeatures(*arena, v, j.fields.Features)
-	rec.Features = (*arena)[start:len(*arena):len(*arena)]
+	start := len(a.feats)
+	a.feats, err = appendFeatures(a.feats, v, j.fields.Features)
+	rec.Features = a.feats[start:len(a.feats):len(a.feats)]
 	return err
 }
 
@@ -230,7 +230,7 @@ type Predicted struct {
 // request. Not safe for concurrent use.
 type Predictor struct {
 	j     *logregJob
-	arena []learners.Feature
+	arena arena
 	rec   Record
 }
 
@@ -249,7 +249,8 @@ func (p *Predictor) Predict(v *fastjson.Value, line int) (Predicted, error) {
 	if v.Type() != fastjson.TypeObject {
 		return Predicted{}, &InputError{Line: line, Msg: fmt.Sprintf("an event must be a JSON object, got %s", v.Type())}
 	}
-	p.arena = p.arena[:0]
+	// Keys handed out stay in the arena; features are not kept.
+	p.arena.feats = p.arena.feats[:0]
 	if err := p.j.extract(v, &p.rec, &p.arena, 0); err != nil {
 		return Predicted{}, inputError(err, line)
 	}

@@ -74,9 +74,29 @@ func readFields(p *Params) (Fields, error) {
 	return f, nil
 }
 
+// arena is scratch memory for the records of one request, so that
+// extracting an event allocates nothing of its own. Bytes once handed out
+// are never written again (appends only grow past them, and a reallocation
+// leaves the old array to the strings that use it), so the strings stay
+// valid for as long as a record holds them.
+type arena struct {
+	feats []learners.Feature
+	bytes []byte
+}
+
+// str copies b into the arena and returns it as a string.
+func (a *arena) str(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	start := len(a.bytes)
+	a.bytes = append(a.bytes, b...)
+	return b2s(a.bytes[start:len(a.bytes):len(a.bytes)])
+}
+
 // extractKey reads the partitioning key: a string, or a number used as its
 // text. Absent or null means no key (round-robin).
-func extractKey(v *fastjson.Value, field string) (string, error) {
+func extractKey(v *fastjson.Value, field string, a *arena) (string, error) {
 	k := v.Get(field)
 	if k == nil {
 		return "", nil
@@ -84,9 +104,9 @@ func extractKey(v *fastjson.Value, field string) (string, error) {
 	switch k.Type() {
 	case fastjson.TypeString:
 		b, _ := k.StringBytes()
-		return string(b), nil
+		return a.str(b), nil
 	case fastjson.TypeNumber:
-		return k.String(), nil
+		return a.str(k.MarshalTo(nil)), nil
 	case fastjson.TypeNull:
 		return "", nil
 	}

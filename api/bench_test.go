@@ -1,0 +1,65 @@
+package api
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/valyala/fastjson"
+)
+
+// benchBody is 1,000 generated events as NDJSON.
+var benchBody = []byte(genBody(9, 1000))
+
+// BenchmarkParseNDJSON is the floor: fastjson parsing the same bytes that
+// BenchmarkIngestHTTP posts, one core, nothing else.
+func BenchmarkParseNDJSON(b *testing.B) {
+	var p fastjson.Parser
+	b.SetBytes(int64(len(benchBody)))
+	for b.Loop() {
+		for rest := benchBody; len(rest) > 0; {
+			i := bytes.IndexByte(rest, '\n')
+			if _, err := p.ParseBytes(rest[:i]); err != nil {
+				b.Fatal(err)
+			}
+			rest = rest[i+1:]
+		}
+	}
+	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkIngestHTTP posts 1,000-event NDJSON requests to a real server
+// on loopback feeding a logreg job with two partitions, and waits until
+// every event is learned.
+func BenchmarkIngestHTTP(b *testing.B) {
+	ts := newTestServer(b)
+	if _, err := ts.engine.PutJob(specFor("bench")); err != nil {
+		b.Fatal(err)
+	}
+	job, _ := ts.engine.Job("bench")
+	url := ts.http.URL + "/v1/streams/mail/events"
+	b.SetBytes(int64(len(benchBody)))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			for {
+				resp, err := http.Post(url, "application/x-ndjson", bytes.NewReader(benchBody))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusAccepted {
+					break
+				}
+			}
+		}
+	})
+	for job.Status(false).Processed < uint64(b.N*1000) {
+		time.Sleep(100 * time.Microsecond)
+	}
+	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "events/s")
+}
