@@ -111,7 +111,10 @@ func parseReplayArgs(args []string, stderr io.Writer) (*replayOptions, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %v", errUsage, err) // the flag package has printed it
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
