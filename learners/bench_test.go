@@ -62,13 +62,11 @@ func benchEvents(n int) ([][]learners.Feature, []bool) {
 
 const benchN = 1 << 12
 
-var benchBits = 20
-
 func BenchmarkLearn(b *testing.B) {
 	feats, labels := benchEvents(benchN)
 	for _, opt := range []string{"ftrl", "adagrad", "sgd"} {
 		b.Run(opt, func(b *testing.B) {
-			m, _ := learners.NewModel(learners.Config{Optimizer: opt, HashBits: benchBits})
+			m, _ := learners.NewModel(learners.Config{Optimizer: opt})
 			l := m.NewLearner()
 			b.ReportAllocs()
 			i := 0

@@ -16,13 +16,18 @@
 // A [Model] is the versioned global model shared by all partitions of a job.
 // It is safe for concurrent use and lock-free: per weight slot it keeps the
 // optimizer state (FTRL-Proximal: z and n; AdaGrad: w and the sum of squared
-// gradients; SGD: w) and a per-feature scale, as float64 bits in one []uint64
-// read and written only with sync/atomic. The words of one slot are adjacent
-// (four uint64 per slot), so an update to one feature touches one cache line.
+// gradients; SGD: w) and the inverse of a per-feature scale, as float64 bits
+// in one []uint64 read and written only with sync/atomic. The words of one
+// slot are adjacent (four uint64 per slot, 32-byte aligned), so an update to
+// one feature touches one cache line. On Linux the table is advised to use
+// transparent huge pages, since hashed slots would otherwise cost a TLB miss
+// per feature.
 //
 // Each partition trains a [Learner], a replica owned by one goroutine. Its
-// view of a weight is the global state plus its own local delta; learning
-// only writes the delta. [Learner.Sync] pushes every delta into the global
+// view of a weight is the global state plus its own local delta, kept in a
+// small hash table of the slots touched since the last sync (so a Learner
+// costs memory in proportion to the features it saw, not 2^HashBits);
+// learning only writes the delta. [Learner.Sync] pushes every delta into the global
 // model with atomic float additions, clears it and bumps the model version.
 // The global optimizer state is therefore the sum of the increments of all
 // partitions. For FTRL and AdaGrad the state is itself a sum of

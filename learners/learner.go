@@ -88,21 +88,32 @@ func (l *Learner) Learn(feats []Feature, label bool) float64 {
 func (l *Learner) collect(feats []Feature) []item {
 	m := l.m
 	mask := m.mask
-	items := append(l.items[:0], item{slot: m.bias, x: 1})
+	// Fields are assigned one by one: appending struct literals makes the
+	// compiler build each item on the stack and copy it with overlapping
+	// moves, which stalls store forwarding (measured: half of Learn's time).
+	if cap(l.items) < len(feats)+1 {
+		l.items = make([]item, 0, 2*(len(feats)+1))
+	}
+	items := l.items[:len(feats)+1]
+	items[0].slot, items[0].x = m.bias, 1
+	n := 1
 	if m.norm == normNone {
 		for _, f := range feats {
 			if x := f.Value; x != 0 && x == x {
-				items = append(items, item{slot: int(f.Hash & mask), x: x})
+				items[n].slot, items[n].x = int(f.Hash&mask), x
+				n++
 			}
 		}
 	} else {
 		k := m.eventNorm(feats)
 		for _, f := range feats {
 			if x := m.transform(f.Value) * k; x != 0 && x == x {
-				items = append(items, item{slot: int(f.Hash & mask), x: x})
+				items[n].slot, items[n].x = int(f.Hash&mask), x
+				n++
 			}
 		}
 	}
+	items = items[:n]
 	d := &l.delta
 	state := m.state
 	for i := range items {
@@ -112,7 +123,7 @@ func (l *Learner) collect(feats []Feature) []item {
 			continue
 		}
 		ax := math.Abs(it.x)
-		if ax > math.Float64frombits(atomic.LoadUint64(&state[it.slot*stride+offS])) {
+		if inv := math.Float64frombits(atomic.LoadUint64(&state[it.slot*stride+offInv])); inv == 0 || ax*inv > 1 {
 			if r := m.growScale(it.slot, ax); r != 1 && it.idx >= 0 {
 				d.entries[it.idx].da *= r
 			}
@@ -139,7 +150,7 @@ func (l *Learner) marginFTRL(items []item) float64 {
 			b += e.db
 		}
 		if adaptive {
-			it.x /= math.Float64frombits(atomic.LoadUint64(&st[offS]))
+			it.x *= math.Float64frombits(atomic.LoadUint64(&st[offInv]))
 		}
 		it.sqrtN = math.Sqrt(b)
 		var w float64
@@ -172,7 +183,7 @@ func (l *Learner) marginW(items []item) float64 {
 			it.sqrtN += e.db
 		}
 		if adaptive {
-			it.x /= math.Float64frombits(atomic.LoadUint64(&st[offS]))
+			it.x *= math.Float64frombits(atomic.LoadUint64(&st[offInv]))
 		}
 		margin += it.w * it.x
 	}

@@ -12,7 +12,8 @@ const (
 	stride = 4
 	offA   = 0 // FTRL z; AdaGrad and SGD: w (in normalized units)
 	offB   = 1 // FTRL n; AdaGrad: sum of squared gradients; SGD: unused
-	offS   = 2 // per-feature scale s = max |x| seen (adaptive only)
+	offInv = 2 // adaptive only: 1/s, s = max |x| seen for the feature; 0 = never seen
+	// (the inverse is kept so that the hot path multiplies instead of dividing)
 	// word 3 is padding, reserved.
 )
 
@@ -148,18 +149,20 @@ func (m *Model) addFloat(i int, d float64) {
 // stay in the old scale until they sync (the documented approximation).
 func (m *Model) growScale(slot int, x float64) float64 {
 	base := slot * stride
-	p := &m.state[base+offS]
+	p := &m.state[base+offInv]
+	inv := 1 / x
+	nb := math.Float64bits(inv)
 	for {
-		oldBits := atomic.LoadUint64(p)
-		old := math.Float64frombits(oldBits)
-		if x <= old {
+		ob := atomic.LoadUint64(p)
+		// Both are positive floats, whose bit patterns order like values.
+		if ob != 0 && nb >= ob {
 			return 1
 		}
-		if atomic.CompareAndSwapUint64(p, oldBits, math.Float64bits(x)) {
-			if old == 0 {
+		if atomic.CompareAndSwapUint64(p, ob, nb) {
+			if ob == 0 {
 				return 1
 			}
-			r := x / old
+			r := math.Float64frombits(ob) / inv // s'/s
 			m.rescaleA(base+offA, r)
 			return r
 		}
@@ -207,11 +210,7 @@ func (m *Model) Weight(slot int) float64 {
 	base := slot * stride
 	w := m.rawWeight(m.load(base+offA), m.load(base+offB))
 	if m.adaptive {
-		s := m.load(base + offS)
-		if s == 0 {
-			return 0
-		}
-		w /= s
+		w *= m.load(base + offInv)
 	}
 	return w
 }
@@ -249,10 +248,16 @@ func (m *Model) Predict(feats []Feature) float64 {
 // predict computes the probability with the global state plus the optional
 // local delta.
 func (m *Model) predict(feats []Feature, local *deltaMap) float64 {
-	k := m.eventNorm(feats)
+	k := 1.0
+	if m.norm != normNone {
+		k = m.eventNorm(feats)
+	}
 	margin := m.slotMargin(m.bias, 1, local)
 	for _, f := range feats {
-		x := m.transform(f.Value) * k
+		x := f.Value
+		if m.norm != normNone {
+			x = m.transform(x) * k
+		}
 		if x == 0 || x != x {
 			continue
 		}
@@ -262,20 +267,17 @@ func (m *Model) predict(feats []Feature, local *deltaMap) float64 {
 }
 
 func (m *Model) slotMargin(slot int, x float64, local *deltaMap) float64 {
-	base := slot * stride
-	a, b := m.load(base+offA), m.load(base+offB)
-	if local != nil {
+	st := m.state[slot*stride : slot*stride+stride]
+	a := math.Float64frombits(atomic.LoadUint64(&st[offA]))
+	b := math.Float64frombits(atomic.LoadUint64(&st[offB]))
+	if local != nil && len(local.used) > 0 {
 		da, db := local.get(slot)
 		a += da
 		b += db
 	}
 	w := m.rawWeight(a, b)
 	if m.adaptive {
-		s := m.load(base + offS)
-		if s == 0 {
-			return 0
-		}
-		w /= s
+		w *= math.Float64frombits(atomic.LoadUint64(&st[offInv]))
 	}
 	return w * x
 }

@@ -16,7 +16,8 @@ import (
 //	magic    [8]byte "MLSLR\x00\x00\x01"
 //	hashBits uint8, optimizer uint8 (1 ftrl, 2 adagrad, 3 sgd), adaptive uint8, reserved uint8
 //	version  uint64, updates uint64, count uint64 (slots that follow)
-//	count x { slot uint32, a uint64, b uint64, s uint64 } (float64 bits, slots increasing)
+//	count x { slot uint32, a uint64, b uint64, inv uint64 } (float64 bits, slots increasing;
+//	         a, b: optimizer state words, inv: 1/scale of the adaptive updates)
 //	crc      uint32: CRC-32C of everything before it
 //
 // Only non-zero slots are written, so a snapshot is proportional to the
@@ -54,7 +55,7 @@ func (m *Model) WriteTo(w io.Writer) (int64, error) {
 	var slots []uint32
 	for s := 0; s < m.nslots; s++ {
 		base := s * stride
-		if atomic.LoadUint64(&m.state[base+offA])|atomic.LoadUint64(&m.state[base+offB])|atomic.LoadUint64(&m.state[base+offS]) != 0 {
+		if atomic.LoadUint64(&m.state[base+offA])|atomic.LoadUint64(&m.state[base+offB])|atomic.LoadUint64(&m.state[base+offInv]) != 0 {
 			slots = append(slots, uint32(s))
 		}
 	}
@@ -77,7 +78,7 @@ func (m *Model) WriteTo(w io.Writer) (int64, error) {
 		binary.LittleEndian.PutUint32(e[0:], s)
 		binary.LittleEndian.PutUint64(e[4:], atomic.LoadUint64(&m.state[base+offA]))
 		binary.LittleEndian.PutUint64(e[12:], atomic.LoadUint64(&m.state[base+offB]))
-		binary.LittleEndian.PutUint64(e[20:], atomic.LoadUint64(&m.state[base+offS]))
+		binary.LittleEndian.PutUint64(e[20:], atomic.LoadUint64(&m.state[base+offInv]))
 		if _, err := out.Write(e[:]); err != nil {
 			return cw.n, err
 		}
@@ -137,8 +138,8 @@ func (m *Model) ReadFrom(r io.Reader) (int64, error) {
 		return n, fmt.Errorf("%w: %d slots, model has %d", ErrCorrupt, count, m.nslots)
 	}
 	type entry struct {
-		slot    uint32
-		a, b, s uint64
+		slot      uint32
+		a, b, inv uint64
 	}
 	entries := make([]entry, 0, count)
 	buf := make([]byte, 1024*entrySize)
@@ -155,12 +156,12 @@ func (m *Model) ReadFrom(r io.Reader) (int64, error) {
 				slot: binary.LittleEndian.Uint32(chunk[off:]),
 				a:    binary.LittleEndian.Uint64(chunk[off+4:]),
 				b:    binary.LittleEndian.Uint64(chunk[off+12:]),
-				s:    binary.LittleEndian.Uint64(chunk[off+20:]),
+				inv:  binary.LittleEndian.Uint64(chunk[off+20:]),
 			}
 			if int64(e.slot) < next || int(e.slot) >= m.nslots {
 				return n, fmt.Errorf("%w: slot %d out of order or range", ErrCorrupt, e.slot)
 			}
-			for _, v := range [3]uint64{e.a, e.b, e.s} {
+			for _, v := range [3]uint64{e.a, e.b, e.inv} {
 				if f := math.Float64frombits(v); math.IsNaN(f) || math.IsInf(f, 0) {
 					return n, fmt.Errorf("%w: slot %d is not finite", ErrCorrupt, e.slot)
 				}
@@ -184,7 +185,7 @@ func (m *Model) ReadFrom(r io.Reader) (int64, error) {
 		base := int(e.slot) * stride
 		atomic.StoreUint64(&m.state[base+offA], e.a)
 		atomic.StoreUint64(&m.state[base+offB], e.b)
-		atomic.StoreUint64(&m.state[base+offS], e.s)
+		atomic.StoreUint64(&m.state[base+offInv], e.inv)
 	}
 	m.updates.Store(updates)
 	m.version.Store(version)
