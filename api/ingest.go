@@ -60,6 +60,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer bodyBufs.Put(buf)
+	b.Expect(bytes.Count(buf.Bytes(), []byte{'\n'}) + 1)
 	n, err := decodeEvents(buf.Bytes(), r.Header.Get("Content-Type"), s.cfg.MaxEventBytes, b.Add)
 	if err != nil {
 		events := max(n+1, bytes.Count(buf.Bytes(), []byte{'\n'}))

@@ -63,11 +63,7 @@ func main() {
 	results = append(results, result{Name: "learn, same with a 100k-word vocabulary and 100k distinct events", Value: wide, Unit: "events/s", Note: "cache misses"})
 
 	body, events := ndjson(n / 2)
-	parse := median(*reps, func() float64 { return parseRate(body, events) })
-	results = append(results, result{Name: "parse NDJSON with fastjson (one core)", Value: parse, Unit: "events/s", Note: fmt.Sprintf("%.0f MB/s, %d B/event", parse*float64(len(body))/float64(events)/1e6, len(body)/events)})
 	std := median(*reps, func() float64 { return stdParseRate(body, events) })
-	results = append(results, result{Name: "parse NDJSON with encoding/json into a map (one core)", Value: std, Unit: "events/s", Note: "for reference"})
-
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -75,10 +71,20 @@ func main() {
 		}
 		_ = pprof.StartCPUProfile(f)
 	}
-	ingest := median(*reps, func() float64 { return ingestRate(body, events) })
+	// Parse and ingest alternate, and each pair gives a ratio: the machine
+	// is shared, so a ratio within one pair is what compares.
+	var parses, ingests, ratios []float64
+	for range *reps {
+		p := parseRate(body, events)
+		i := ingestRate(body, events)
+		parses, ingests, ratios = append(parses, p), append(ingests, i), append(ratios, i/p)
+	}
 	pprof.StopCPUProfile()
+	parse, ingest, ratio := mid(parses), mid(ingests), mid(ratios)
+	results = append(results, result{Name: "parse NDJSON with fastjson (one core)", Value: parse, Unit: "events/s", Note: fmt.Sprintf("%.0f MB/s, %d B/event", parse*float64(len(body))/float64(events)/1e6, len(body)/events)})
+	results = append(results, result{Name: "parse NDJSON with encoding/json into a map (one core)", Value: std, Unit: "events/s", Note: "for reference"})
 	results = append(results, result{Name: "HTTP NDJSON ingest -> logreg (2 partitions, loopback, client in process)", Value: ingest, Unit: "events/s",
-		Note: fmt.Sprintf("%.0f%% of the fastjson parse rate", 100*ingest/parse), Target: ">= 50% of parse"})
+		Note: fmt.Sprintf("%.0f%% of the fastjson parse rate (median of per-pair ratios)", 100*ratio), Target: ">= 50% of parse"})
 
 	fmt.Println("| measurement | value | note | target |")
 	fmt.Println("| --- | ---: | --- | --- |")
@@ -99,6 +105,11 @@ func median(reps int, f func() float64) float64 {
 	for i := range xs {
 		xs[i] = f()
 	}
+	return mid(xs)
+}
+
+func mid(xs []float64) float64 {
+	xs = slices.Clone(xs)
 	slices.Sort(xs)
 	return xs[len(xs)/2]
 }

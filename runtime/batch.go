@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mlstream/mlstream/learners"
 	"github.com/valyala/fastjson"
 )
 
@@ -45,6 +46,19 @@ func (e *Engine) NewBatch(stream string) (*Batch, error) {
 		b.jobs = append(b.jobs, &jobBatch{job: j, parts: make([][]Record, len(j.parts))})
 	}
 	return b, nil
+}
+
+// Expect sizes the batch for about n events, so that extraction does not
+// grow its buffers event by event. Optional.
+func (b *Batch) Expect(n int) {
+	for _, jb := range b.jobs {
+		per := n/len(jb.parts) + n/8 + 1
+		for i := range jb.parts {
+			jb.parts[i] = make([]Record, 0, per)
+		}
+		// Features per event as seen in the job's last request.
+		jb.arena.feats = make([]learners.Feature, 0, n*int(jb.job.featsPerEvent.Load()+1))
+	}
 }
 
 // Add extracts one event for every job reading the stream. line is the
@@ -128,6 +142,7 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 			}
 		}
 		jb.job.accepted.Add(uint64(b.events))
+		jb.job.featsPerEvent.Store(int64(len(jb.arena.feats) / b.events))
 	}
 	b.e.metrics.accepted(b.stream, b.events)
 	return b.events, nil

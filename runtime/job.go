@@ -47,10 +47,13 @@ type Job struct {
 
 	rr       atomic.Uint64 // round-robin cursor for events without a key
 	accepted atomic.Uint64 // events queued
-	lat      latencyHist
-	samples  sampler
-	gate     gate
-	wg       sync.WaitGroup // partition goroutines
+	// featsPerEvent is the mean feature count of the last request, to
+	// size the next one's buffers.
+	featsPerEvent atomic.Int64
+	lat           latencyHist
+	samples       sampler
+	gate          gate
+	wg            sync.WaitGroup // partition goroutines
 }
 
 // gate holds partitions back while a job is paused.
