@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -209,4 +211,66 @@ func appendFeatures(dst []learners.Feature, v *fastjson.Value, field string) ([]
 		return dst, nil
 	}
 	return dst, badField(field, "must be an object of numbers, strings and booleans, or an array of strings, got %s", f.Type())
+}
+
+// recordVersion is the first byte of an encoded record, so the item log
+// format can grow with new kinds.
+const recordVersion = 1
+
+// appendRecord encodes r (without its Seq, which the item log keeps) for
+// the item log.
+func appendRecord(b []byte, r *Record) []byte {
+	b = append(b, recordVersion)
+	b = binary.AppendVarint(b, r.TS)
+	b = append(b, byte(r.Label+1))
+	b = binary.AppendUvarint(b, uint64(len(r.Key)))
+	b = append(b, r.Key...)
+	b = binary.AppendUvarint(b, uint64(len(r.Features)))
+	for _, f := range r.Features {
+		b = binary.LittleEndian.AppendUint64(b, f.Hash)
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f.Value))
+	}
+	return b
+}
+
+var errBadRecord = errors.New("runtime: malformed record in the item log")
+
+// decodeRecord is the inverse of appendRecord; the record's slices point
+// into a.
+func decodeRecord(data []byte, r *Record, a *arena) error {
+	if len(data) < 1 || data[0] != recordVersion {
+		return errBadRecord
+	}
+	p := data[1:]
+	ts, n := binary.Varint(p)
+	if n <= 0 || len(p) < n+1 {
+		return errBadRecord
+	}
+	r.TS = ts
+	p = p[n:]
+	if p[0] > 2 {
+		return errBadRecord
+	}
+	r.Label = int8(p[0]) - 1
+	p = p[1:]
+	kl, n := binary.Uvarint(p)
+	if n <= 0 || uint64(len(p)-n) < kl {
+		return errBadRecord
+	}
+	r.Key = a.str(p[n : n+int(kl)])
+	p = p[n+int(kl):]
+	nf, n := binary.Uvarint(p)
+	if n <= 0 || nf > uint64(len(p)) || uint64(len(p)-n) != nf*16 {
+		return errBadRecord
+	}
+	p = p[n:]
+	start := len(a.feats)
+	for i := uint64(0); i < nf; i++ {
+		a.feats = append(a.feats, learners.Feature{
+			Hash:  binary.LittleEndian.Uint64(p[16*i:]),
+			Value: math.Float64frombits(binary.LittleEndian.Uint64(p[16*i+8:])),
+		})
+	}
+	r.Features = a.feats[start:len(a.feats):len(a.feats)]
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlstream/mlstream/learners"
 	"github.com/valyala/fastjson"
 )
 
@@ -234,4 +235,48 @@ func TestHubDropsForSlowSubscriber(t *testing.T) {
 	if h.Wants("j", TypePrediction) || h.Subscribers() != 0 {
 		t.Fatal("after unsubscribe")
 	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	recs := []Record{
+		{TS: 1764412800000, Key: "user-1", Label: 1, Features: []learners.Feature{{Hash: 1, Value: 2.5}, {Hash: 1 << 63, Value: -1}}},
+		{TS: -5, Label: -1},
+		{Key: "ключ", Label: 0, Features: []learners.Feature{{Hash: 7, Value: 1e300}}},
+	}
+	var a arena
+	for _, r := range recs {
+		data := appendRecord(nil, &r)
+		var got Record
+		if err := decodeRecord(data, &got, &a); err != nil {
+			t.Fatal(err)
+		}
+		if got.TS != r.TS || got.Key != r.Key || got.Label != r.Label || len(got.Features) != len(r.Features) {
+			t.Fatalf("%+v -> %+v", r, got)
+		}
+		for i := range r.Features {
+			if got.Features[i] != r.Features[i] {
+				t.Fatalf("feature %d: %+v", i, got.Features[i])
+			}
+		}
+		for cut := range data {
+			if err := decodeRecord(data[:cut], &got, &a); err == nil {
+				t.Fatalf("truncated at %d decoded", cut)
+			}
+		}
+	}
+}
+
+func FuzzDecodeRecord(f *testing.F) {
+	f.Add(appendRecord(nil, &Record{TS: 1, Key: "k", Label: 1, Features: []learners.Feature{{Hash: 3, Value: 1}}}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r Record
+		var a arena
+		if decodeRecord(data, &r, &a) == nil {
+			again := appendRecord(nil, &r)
+			var r2 Record
+			if err := decodeRecord(again, &r2, &a); err != nil || r2.Key != r.Key || len(r2.Features) != len(r.Features) {
+				t.Fatalf("re-encoding failed: %v", err)
+			}
+		}
+	})
 }
