@@ -14,7 +14,8 @@ import (
 // Binary snapshot format (little endian):
 //
 //	magic    [8]byte "MLSLR\x00\x00\x01"
-//	hashBits uint8, optimizer uint8 (1 ftrl, 2 adagrad, 3 sgd), adaptive uint8, reserved uint8
+//	hashBits uint8, optimizer uint8 (1 ftrl, 2 adagrad, 3 sgd), adaptive uint8, delta uint8
+//	         (delta 1: the slots that follow replace only themselves; 0: the whole state)
 //	version  uint64, updates uint64, count uint64 (slots that follow)
 //	count x { slot uint32, a uint64, b uint64, inv uint64 } (float64 bits, slots increasing;
 //	         a, b: optimizer state words, inv: 1/scale of the adaptive updates)
@@ -46,11 +47,6 @@ var ErrIncompatible = errors.New("learners: incompatible model snapshot")
 // slots (the difference is bounded by the syncs that ran meanwhile).
 // Local deltas of Learners are not included.
 func (m *Model) WriteTo(w io.Writer) (int64, error) {
-	cw := &countWriter{w: w}
-	bw := bufio.NewWriterSize(cw, 64<<10)
-	crc := crc32.New(crcTable)
-	out := io.MultiWriter(bw, crc)
-
 	// Collect non-zero slots first: the count goes in the header.
 	var slots []uint32
 	for s := 0; s < m.nslots; s++ {
@@ -59,12 +55,30 @@ func (m *Model) WriteTo(w io.Writer) (int64, error) {
 			slots = append(slots, uint32(s))
 		}
 	}
+	return m.writeSnapshot(w, slots, false)
+}
+
+// WriteDelta writes a partial snapshot: the given slots only, which must
+// be increasing. ReadFrom applies it on top of the current state: a full
+// snapshot followed by its deltas, in order, rebuilds the state.
+func (m *Model) WriteDelta(w io.Writer, slots []uint32) (int64, error) {
+	return m.writeSnapshot(w, slots, true)
+}
+
+func (m *Model) writeSnapshot(w io.Writer, slots []uint32, delta bool) (int64, error) {
+	cw := &countWriter{w: w}
+	bw := bufio.NewWriterSize(cw, 64<<10)
+	crc := crc32.New(crcTable)
+	out := io.MultiWriter(bw, crc)
 	var hdr [headerSize]byte
 	copy(hdr[:], snapshotMagic[:])
 	hdr[8] = byte(m.cfg.HashBits)
 	hdr[9] = byte(m.opt)
 	if m.adaptive {
 		hdr[10] = 1
+	}
+	if delta {
+		hdr[11] = 1
 	}
 	binary.LittleEndian.PutUint64(hdr[12:], m.Version())
 	binary.LittleEndian.PutUint64(hdr[20:], m.Updates())
@@ -93,7 +107,8 @@ func (m *Model) WriteTo(w io.Writer) (int64, error) {
 }
 
 // ReadFrom replaces the global state of m with a snapshot written by
-// WriteTo, and returns the number of bytes read. It reads exactly the
+// WriteTo (or, for one written by WriteDelta, replaces the slots it holds),
+// and returns the number of bytes read. It reads exactly the
 // snapshot, never past it. The snapshot must have the same hash bits,
 // optimizer and adaptive setting as m (else ErrIncompatible); a damaged one
 // gives ErrCorrupt, and m is left unchanged on any error. ReadFrom is meant
@@ -121,7 +136,10 @@ func (m *Model) ReadFrom(r io.Reader) (int64, error) {
 		return n, fmt.Errorf("%w: bad magic", ErrCorrupt)
 	}
 	crc.Write(hdr[:])
-	bits, opt, adaptive := int(hdr[8]), optKind(hdr[9]), hdr[10] == 1
+	bits, opt, adaptive, delta := int(hdr[8]), optKind(hdr[9]), hdr[10] == 1, hdr[11] == 1
+	if hdr[11] > 1 {
+		return n, fmt.Errorf("%w: bad delta flag", ErrCorrupt)
+	}
 	if bits != m.cfg.HashBits {
 		return n, fmt.Errorf("%w: hash_bits %d, model has %d", ErrIncompatible, bits, m.cfg.HashBits)
 	}
@@ -178,8 +196,10 @@ func (m *Model) ReadFrom(r io.Reader) (int64, error) {
 	if binary.LittleEndian.Uint32(sum[:]) != crc.Sum32() {
 		return n, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
-	for i := range m.state {
-		atomic.StoreUint64(&m.state[i], 0)
+	if !delta {
+		for i := range m.state {
+			atomic.StoreUint64(&m.state[i], 0)
+		}
 	}
 	for _, e := range entries {
 		base := int(e.slot) * stride

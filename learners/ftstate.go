@@ -1,0 +1,202 @@
+package learners
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Tracker follows how far the global model has drifted from its last
+// backup, for approximate fault tolerance: the Euclidean distance between
+// the effective weights now and at the backup, kept as a running sum of
+// squares updated at every merge, O(1) per merged slot. It also remembers
+// which slots changed since the backup, for delta backups. Not safe for
+// concurrent use: the runtime serialises merges and backups of one model.
+type Tracker struct {
+	m      *Model
+	backed []float64 // effective weight of each slot at the last backup
+	sumSq  float64
+	dirty  []uint32
+	marked []bool
+}
+
+// NewTracker starts tracking m from its current state, as if it had just
+// been backed up.
+func NewTracker(m *Model) *Tracker {
+	t := &Tracker{m: m, backed: make([]float64, m.nslots), marked: make([]bool, m.nslots)}
+	for s := range t.backed {
+		t.backed[s] = m.Weight(s)
+	}
+	return t
+}
+
+// Divergence is the Euclidean distance of the weights from the last backup.
+func (t *Tracker) Divergence() float64 { return math.Sqrt(max(t.sumSq, 0)) }
+
+// Dirty is the number of slots changed since the last backup.
+func (t *Tracker) Dirty() int { return len(t.dirty) }
+
+// SyncTracked is Sync, also recording each merged slot's weight change in
+// t. It returns the new model version.
+func (l *Learner) SyncTracked(t *Tracker) uint64 {
+	m := l.m
+	if l.pending == 0 && len(l.delta.used) == 0 {
+		return m.Version()
+	}
+	for _, i := range l.delta.used {
+		e := &l.delta.entries[i]
+		slot := int(e.key - 1)
+		base := slot * stride
+		before := m.Weight(slot)
+		if e.da != 0 {
+			m.addFloat(base+offA, e.da)
+		}
+		if e.db != 0 {
+			m.addFloat(base+offB, e.db)
+		}
+		t.changed(slot, before, m.Weight(slot))
+	}
+	l.delta.reset()
+	m.updates.Add(uint64(l.pending))
+	l.pending = 0
+	return m.version.Add(1)
+}
+
+func (t *Tracker) changed(slot int, before, after float64) {
+	b := t.backed[slot]
+	t.sumSq += (after-b)*(after-b) - (before-b)*(before-b)
+	if !t.marked[slot] {
+		t.marked[slot] = true
+		t.dirty = append(t.dirty, uint32(slot))
+	}
+}
+
+// BackedUp restarts the divergence from the current state: call it once a
+// backup of the slots it reported dirty (or of everything) is taken. It
+// returns the dirty slots, increasing, for a delta backup.
+func (t *Tracker) BackedUp() []uint32 {
+	slices.Sort(t.dirty)
+	out := t.dirty
+	for _, s := range out {
+		t.backed[s] = t.m.Weight(int(s))
+		t.marked[s] = false
+	}
+	t.dirty = nil
+	t.sumSq = 0
+	return out
+}
+
+// Reset restarts tracking from the current state of every slot, after a
+// full backup or a recovery.
+func (t *Tracker) Reset() {
+	for s := range t.backed {
+		t.backed[s] = t.m.Weight(s)
+		t.marked[s] = false
+	}
+	t.dirty = t.dirty[:0]
+	t.sumSq = 0
+}
+
+// StepBound is α of the fault-tolerance bounds: an upper bound on how far
+// one event of at most k non-zero features can move the weights (Euclidean
+// distance), for the model's optimizer with inputs scaled to at most 1 in
+// absolute value (adaptive updates or l2 normalisation). One coordinate's
+// gradient is then at most 1, so FTRL and AdaGrad move a weight by at most
+// alpha/beta (alpha with AdaGrad, whose first step is the largest) and SGD
+// by alpha; the bias adds one coordinate.
+func (m *Model) StepBound(k int) float64 {
+	step := m.alpha
+	if m.opt == optFTRL && m.beta > 0 {
+		step = m.alpha / m.beta
+	}
+	return step * math.Sqrt(float64(k+1))
+}
+
+// MarshalBinary encodes the whole Progressive (counts and recent window),
+// for backups.
+func (p *Progressive) MarshalBinary() ([]byte, error) {
+	b := make([]byte, 0, 64+4*8*AUCBins+len(p.ring)*8)
+	b = binary.LittleEndian.AppendUint32(b, uint32(p.window))
+	b = binary.LittleEndian.AppendUint32(b, uint32(p.next))
+	full := byte(0)
+	if p.full {
+		full = 1
+	}
+	b = append(b, full)
+	for _, a := range []*agg{&p.all, &p.recent, &p.merged} {
+		b = appendAgg(b, a)
+	}
+	for _, e := range p.ring {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(e.loss))
+		b = binary.LittleEndian.AppendUint16(b, e.bin)
+		flags := byte(0)
+		if e.label {
+			flags |= 1
+		}
+		if e.correct {
+			flags |= 2
+		}
+		b = append(b, flags, 0)
+	}
+	return b, nil
+}
+
+func appendAgg(b []byte, a *agg) []byte {
+	for _, v := range []int64{a.count, a.positives, a.correct} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(a.loss))
+	for i := range a.pos {
+		b = binary.LittleEndian.AppendUint64(b, uint64(a.pos[i]))
+		b = binary.LittleEndian.AppendUint64(b, uint64(a.neg[i]))
+	}
+	return b
+}
+
+const aggSize = 4*8 + 2*8*AUCBins
+
+var errBadProgressive = errors.New("learners: malformed progressive metrics")
+
+// UnmarshalBinary restores what MarshalBinary wrote; the window must match.
+func (p *Progressive) UnmarshalBinary(data []byte) error {
+	if len(data) < 9+3*aggSize {
+		return errBadProgressive
+	}
+	window := int(binary.LittleEndian.Uint32(data))
+	next := int(binary.LittleEndian.Uint32(data[4:]))
+	if window != p.window {
+		return fmt.Errorf("%w: window %d, want %d", errBadProgressive, window, p.window)
+	}
+	if next >= window || data[8] > 1 || len(data) != 9+3*aggSize+8*window {
+		return errBadProgressive
+	}
+	q := Progressive{window: window, next: next, full: data[8] == 1, ring: make([]ringEntry, window)}
+	off := 9
+	for _, a := range []*agg{&q.all, &q.recent, &q.merged} {
+		a.count = int64(binary.LittleEndian.Uint64(data[off:]))
+		a.positives = int64(binary.LittleEndian.Uint64(data[off+8:]))
+		a.correct = int64(binary.LittleEndian.Uint64(data[off+16:]))
+		a.loss = math.Float64frombits(binary.LittleEndian.Uint64(data[off+24:]))
+		off += 32
+		for i := range a.pos {
+			a.pos[i] = int64(binary.LittleEndian.Uint64(data[off:]))
+			a.neg[i] = int64(binary.LittleEndian.Uint64(data[off+8:]))
+			off += 16
+		}
+	}
+	for i := range q.ring {
+		e := &q.ring[i]
+		e.loss = math.Float32frombits(binary.LittleEndian.Uint32(data[off:]))
+		e.bin = binary.LittleEndian.Uint16(data[off+4:])
+		if e.bin >= AUCBins {
+			return errBadProgressive
+		}
+		e.label = data[off+6]&1 != 0
+		e.correct = data[off+6]&2 != 0
+		off += 8
+	}
+	*p = q
+	return nil
+}
