@@ -1,0 +1,229 @@
+package ft
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+)
+
+// This file holds what the backup store and the item log share: keys and
+// their directories, the damage error, and the two on-disk framings.
+//
+// Backup file (one per backup, written whole and renamed into place):
+//
+//	"MLSB" | version byte | meta length uint32 | meta JSON | data length uint64 | data | CRC-32C uint32
+//
+// Item log record (many per segment, appended):
+//
+//	payload length uint32 | CRC-32C uint32 of seq and payload | seq uint64 | payload
+//
+// All integers are little endian; the CRC uses the Castagnoli polynomial.
+
+// GlobalPartition is the Partition of job-level state (for example logreg's
+// global model) as opposed to the state of one partition.
+const GlobalPartition = -1
+
+// Key addresses the state of one partition of a job. Partition
+// GlobalPartition is job-level state.
+type Key struct {
+	Job       string
+	Partition int
+}
+
+// String returns "job/p0" for a partition and "job/global" for job-level state.
+func (k Key) String() string {
+	if k.Partition == GlobalPartition {
+		return k.Job + "/global"
+	}
+	return k.Job + "/p" + strconv.Itoa(k.Partition)
+}
+
+// ErrCorrupt is wrapped by every error that reports a torn, truncated or
+// corrupt file. Test with errors.Is(err, ErrCorrupt).
+var ErrCorrupt = errors.New("ft: damaged file")
+
+// ErrInvalidKey is returned for a job name or partition that could not be a
+// directory of the store.
+var ErrInvalidKey = errors.New("ft: invalid key")
+
+// CorruptError names a damaged file, where the damage starts and what is
+// wrong. It wraps ErrCorrupt.
+type CorruptError struct {
+	Path   string // the damaged file (or, for a missing backup, the file that should be there)
+	Offset int64  // byte offset where the damage starts; 0 when the whole file is unusable
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("ft: %s: damaged at byte %d: %s", e.Path, e.Offset, e.Reason)
+}
+
+// Unwrap returns ErrCorrupt.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+// jobNameRE is the job name syntax of runtime/spec.go. It cannot produce
+// "." or ".." or a path separator, so a job name is always one directory
+// below the store's root.
+var jobNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+func validJob(job string) error {
+	if !jobNameRE.MatchString(job) {
+		return fmt.Errorf("%w: job name %q", ErrInvalidKey, job)
+	}
+	return nil
+}
+
+func (k Key) validate() error {
+	if err := validJob(k.Job); err != nil {
+		return err
+	}
+	if k.Partition < GlobalPartition {
+		return fmt.Errorf("%w: partition %d", ErrInvalidKey, k.Partition)
+	}
+	return nil
+}
+
+// dir is the directory of key under root: <root>/<job>/<partition or "global">.
+func (k Key) dir(root string) string {
+	part := "global"
+	if k.Partition != GlobalPartition {
+		part = strconv.Itoa(k.Partition)
+	}
+	return filepath.Join(root, k.Job, part)
+}
+
+// makeKeyDir creates the directory of key and makes its entry durable: a
+// file fsynced inside a directory whose own entry is lost after a power cut
+// is lost with it.
+func makeKeyDir(root string, key Key) (string, error) {
+	dir := key.dir(root)
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	for _, d := range []string{filepath.Dir(dir), root} {
+		if err := syncDir(d); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+const (
+	backupMagic   = "MLSB"
+	backupVersion = 1
+	// backupHeaderLen is magic, version and the meta length.
+	backupHeaderLen = 4 + 1 + 4
+	// backupOverhead is every byte of a backup file that is neither meta nor data.
+	backupOverhead = backupHeaderLen + 8 + 4
+)
+
+// backupParts returns the framing of a backup around its data, so the data
+// (possibly megabytes) is written from the caller's slice without a copy:
+// the file is head, data, tail.
+func backupParts(meta BackupMeta, data []byte) (head, tail []byte, err error) {
+	mj, err := json.Marshal(meta)
+	if err != nil {
+		return nil, nil, err
+	}
+	head = make([]byte, 0, backupHeaderLen+len(mj)+8)
+	head = append(head, backupMagic...)
+	head = append(head, backupVersion)
+	head = binary.LittleEndian.AppendUint32(head, uint32(len(mj)))
+	head = append(head, mj...)
+	head = binary.LittleEndian.AppendUint64(head, uint64(len(data)))
+	crc := crc32.Update(crc32.Checksum(head, castagnoli), castagnoli, data)
+	tail = binary.LittleEndian.AppendUint32(nil, crc)
+	return head, tail, nil
+}
+
+// decodeBackup parses a whole backup file. The returned data aliases b.
+// It reports any damage as a reason string and an offset, never panics, and
+// never allocates more than the metadata it decodes.
+func decodeBackup(b []byte) (meta BackupMeta, data []byte, off int64, reason string) {
+	if len(b) < backupOverhead {
+		return meta, nil, int64(len(b)), fmt.Sprintf("truncated: %d bytes, a backup has at least %d", len(b), backupOverhead)
+	}
+	if string(b[:4]) != backupMagic {
+		return meta, nil, 0, fmt.Sprintf("bad magic %q", b[:4])
+	}
+	if b[4] != backupVersion {
+		return meta, nil, 4, fmt.Sprintf("unknown format version %d", b[4])
+	}
+	metaLen := uint64(binary.LittleEndian.Uint32(b[5:9]))
+	rest := uint64(len(b) - backupOverhead) // bytes left for meta and data
+	if metaLen > rest {
+		return meta, nil, 5, fmt.Sprintf("meta length %d larger than the file allows (%d)", metaLen, rest)
+	}
+	dataOff := backupHeaderLen + metaLen + 8
+	dataLen := binary.LittleEndian.Uint64(b[dataOff-8 : dataOff])
+	if dataLen != rest-metaLen {
+		return meta, nil, int64(dataOff - 8), fmt.Sprintf("data length %d, file holds %d", dataLen, rest-metaLen)
+	}
+	end := len(b) - 4
+	if got, want := crc32.Checksum(b[:end], castagnoli), binary.LittleEndian.Uint32(b[end:]); got != want {
+		return meta, nil, int64(end), fmt.Sprintf("CRC mismatch: computed %08x, stored %08x", got, want)
+	}
+	if err := json.Unmarshal(b[backupHeaderLen:backupHeaderLen+metaLen], &meta); err != nil {
+		return BackupMeta{}, nil, backupHeaderLen, "metadata: " + err.Error()
+	}
+	return meta, b[dataOff:end:end], 0, ""
+}
+
+const (
+	recordHeaderLen = 4 + 4 + 8
+)
+
+// appendRecord appends one framed item log record to b.
+func appendRecord(b []byte, seq uint64, payload []byte) []byte {
+	var s [8]byte
+	binary.LittleEndian.PutUint64(s[:], seq)
+	crc := crc32.Update(crc32.Checksum(s[:], castagnoli), castagnoli, payload)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
+	b = binary.LittleEndian.AppendUint32(b, crc)
+	b = append(b, s[:]...)
+	return append(b, payload...)
+}
+
+// recordHeader is the fixed part of a record.
+type recordHeader struct {
+	n   uint32 // payload length
+	crc uint32
+	seq uint64
+}
+
+func parseRecordHeader(h []byte) recordHeader {
+	return recordHeader{
+		n:   binary.LittleEndian.Uint32(h[0:4]),
+		crc: binary.LittleEndian.Uint32(h[4:8]),
+		seq: binary.LittleEndian.Uint64(h[8:16]),
+	}
+}
+
+// check verifies the CRC of a record whose header is h (the raw 16 bytes)
+// and whose payload is p.
+func (r recordHeader) check(h, p []byte) bool {
+	return crc32.Update(crc32.Checksum(h[8:16], castagnoli), castagnoli, p) == r.crc
+}
