@@ -1,0 +1,624 @@
+package ft
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// ItemLogConfig tunes an ItemLog. The zero value of a field means its
+// default (DefaultItemLogConfig).
+type ItemLogConfig struct {
+	// SegmentBytes is the size in bytes at which the log starts a new
+	// segment file. Segments are the unit TruncateBefore deletes, so smaller
+	// segments free space sooner. Default 64 MiB.
+	SegmentBytes int64
+	// MaxPayload is the largest payload in bytes Append accepts. Replay
+	// treats a record claiming more as corrupt, so a damaged length never
+	// allocates more than this. Default 16 MiB.
+	MaxPayload int
+	// BufferBytes is how many bytes Append buffers in memory before it
+	// writes them to the file by itself. Default 256 KiB.
+	BufferBytes int
+}
+
+// DefaultItemLogConfig returns the defaults.
+func DefaultItemLogConfig() ItemLogConfig {
+	return ItemLogConfig{SegmentBytes: 64 << 20, MaxPayload: 16 << 20, BufferBytes: 256 << 10}
+}
+
+// Validate fills zero fields with defaults and rejects negative ones.
+func (c *ItemLogConfig) Validate() error {
+	d := DefaultItemLogConfig()
+	if c.SegmentBytes < 0 || c.MaxPayload < 0 || c.BufferBytes < 0 {
+		return fmt.Errorf("ft: item log config: negative size in %+v", *c)
+	}
+	if c.SegmentBytes == 0 {
+		c.SegmentBytes = d.SegmentBytes
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = d.MaxPayload
+	}
+	if c.BufferBytes == 0 {
+		c.BufferBytes = d.BufferBytes
+	}
+	if c.MaxPayload > 1<<30 {
+		return fmt.Errorf("ft: item log config: MaxPayload %d above 1 GiB", c.MaxPayload)
+	}
+	return nil
+}
+
+// Errors of the item log.
+var (
+	ErrClosed   = errors.New("ft: item log closed")
+	ErrSeqOrder = errors.New("ft: sequence number not above the last one")
+	ErrTooLarge = errors.New("ft: payload larger than MaxPayload")
+)
+
+// ReplayDamage is the error Replay returns when it met torn or corrupt
+// records. It is informational: every intact record before the damage was
+// delivered, and so were the later segments. It wraps ErrCorrupt.
+type ReplayDamage struct {
+	// Files has one entry per damaged segment, oldest first.
+	Files []*CorruptError
+}
+
+func (d *ReplayDamage) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ft: item log: %d damaged segment(s)", len(d.Files))
+	for _, e := range d.Files {
+		b.WriteString("; ")
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrCorrupt.
+func (d *ReplayDamage) Unwrap() error { return ErrCorrupt }
+
+// ItemLog is an append-only log of events for one Key: AF-Stream's item
+// backup. Records are opaque payloads with the event's sequence number,
+// stored in segment files <dir>/<job>/<part>/items-<first seq>.log, next to
+// the backups of the same key in a DirStore on the same dir.
+//
+// Durability has two levels: Flush hands buffered records to the operating
+// system (they survive the process being killed, not a power cut) and
+// Commit also fsyncs them. Concurrent Commit calls share one fsync.
+//
+// Damage is never written over: a log always appends to a new segment
+// after OpenItemLog, so a torn tail left by a crash stays where it is and
+// Replay reports it.
+//
+// ItemLog is safe for concurrent use. Appends must come in increasing seq
+// order, so callers that append from several goroutines serialise their
+// Append calls themselves (Commit needs no such care). After Close every
+// method but Close, LastSeq and Bytes returns ErrClosed.
+type ItemLog struct {
+	dir string
+	cfg ItemLogConfig
+
+	// mu guards everything below. It is not held during fsync, so appends
+	// go on while a Commit waits for the disk.
+	mu   sync.Mutex
+	cond sync.Cond // on mu: signalled when a group commit ends
+	// segs are the segment files, oldest first; the last one is the file
+	// being appended to when f != nil.
+	segs []segment
+	f    *os.File // the active segment, nil until the first Append after open, a roll or a truncation
+	buf  []byte   // records appended but not yet written to f
+	// lastSeq is the highest seq appended or found on open.
+	lastSeq uint64
+	// appended and written count bytes ever given to Append and written to
+	// a file; durable is the part of written known to be fsynced. Commit
+	// waits until durable reaches the value appended had when it was called.
+	appended, written, durable int64
+	syncing                    bool     // a Commit leader is fsyncing
+	unsynced                   []string // rolled segments written but not yet fsynced
+	dirDirty                   bool     // a segment was created since the directory was last fsynced
+	err                        error    // sticky: after a failed write or fsync nothing more is accepted
+	closed                     bool
+}
+
+// segment is one segment file.
+type segment struct {
+	first uint64 // seq in the name: the first record written to it
+	last  uint64 // highest intact seq when known, else 0
+	size  int64  // bytes in the file (for the active segment: written to it)
+}
+
+const (
+	segPrefix = "items-"
+	segSuffix = ".log"
+)
+
+func segName(first uint64) string { return fmt.Sprintf("%s%020d%s", segPrefix, first, segSuffix) }
+
+func parseSegName(name string) (uint64, bool) {
+	s, ok := strings.CutPrefix(name, segPrefix)
+	if !ok {
+		return 0, false
+	}
+	s, ok = strings.CutSuffix(s, segSuffix)
+	if !ok || len(s) != 20 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
+}
+
+// OpenItemLog opens the item log of key under dir with the default config.
+func OpenItemLog(dir string, key Key) (*ItemLog, error) {
+	return OpenItemLogConfig(dir, key, ItemLogConfig{})
+}
+
+// OpenItemLogConfig opens (creating it if needed) the item log of key under
+// dir. It reads the newest segments to find LastSeq; a segment that holds
+// no intact record at all and is the newest is deleted (it can only be the
+// remains of a crash while its first record was written).
+func OpenItemLogConfig(dir string, key Key, cfg ItemLogConfig) (*ItemLog, error) {
+	if err := key.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	kdir, err := makeKeyDir(dir, key)
+	if err != nil {
+		return nil, fmt.Errorf("ft: open item log %s: %w", key, err)
+	}
+	l := &ItemLog{dir: kdir, cfg: cfg}
+	l.cond.L = &l.mu
+	entries, err := os.ReadDir(kdir)
+	if err != nil {
+		return nil, fmt.Errorf("ft: open item log %s: %w", key, err)
+	}
+	for _, e := range entries {
+		first, ok := parseSegName(e.Name())
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return nil, fmt.Errorf("ft: open item log %s: %w", key, err)
+		}
+		l.segs = append(l.segs, segment{first: first, size: info.Size()})
+	}
+	slices.SortFunc(l.segs, func(a, b segment) int { return cmpUint(a.first, b.first) })
+	// Find LastSeq from the newest segment with an intact record.
+	for len(l.segs) > 0 {
+		i := len(l.segs) - 1
+		path := l.path(l.segs[i].first)
+		last, n, err := l.scan(path, l.segs[i], 0, nil)
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			return nil, fmt.Errorf("ft: open item log %s: %w", key, err)
+		}
+		if n > 0 {
+			l.segs[i].last = last
+			l.lastSeq = last
+			break
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("ft: open item log %s: %w", key, err)
+		}
+		l.segs = l.segs[:i]
+	}
+	return l, nil
+}
+
+func (l *ItemLog) path(first uint64) string { return filepath.Join(l.dir, segName(first)) }
+
+// Append adds one record. It is buffered: see Flush and Commit. seq must be
+// above every seq appended or found on open (ErrSeqOrder otherwise), and
+// payload at most MaxPayload bytes. The log does not keep payload.
+func (l *ItemLog) Append(seq uint64, payload []byte) error {
+	if len(payload) > l.cfg.MaxPayload {
+		return fmt.Errorf("%w: %d bytes", ErrTooLarge, len(payload))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	if seq <= l.lastSeq {
+		return fmt.Errorf("%w: %d after %d", ErrSeqOrder, seq, l.lastSeq)
+	}
+	recLen := int64(recordHeaderLen + len(payload))
+	if l.f != nil {
+		if used := l.segs[len(l.segs)-1].size + int64(len(l.buf)); used > 0 && used+recLen > l.cfg.SegmentBytes {
+			if err := l.roll(); err != nil {
+				return err
+			}
+		}
+	}
+	if l.f == nil {
+		if err := l.create(seq); err != nil {
+			return err
+		}
+	}
+	l.buf = appendRecord(l.buf, seq, payload)
+	l.lastSeq = seq
+	l.segs[len(l.segs)-1].last = seq
+	l.appended += recLen
+	if len(l.buf) >= l.cfg.BufferBytes {
+		return l.writeBuf()
+	}
+	return nil
+}
+
+// usable reports why the log takes no more work. Called with mu held.
+func (l *ItemLog) usable() error {
+	if l.closed {
+		return ErrClosed
+	}
+	return l.err
+}
+
+// create starts a new active segment whose first record is seq. Called
+// with mu held and f == nil.
+func (l *ItemLog) create(seq uint64) error {
+	f, err := os.OpenFile(l.path(seq), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return l.fail(err)
+	}
+	l.f = f
+	l.segs = append(l.segs, segment{first: seq})
+	l.dirDirty = true
+	return nil
+}
+
+// roll writes out and closes the active segment; the next Append creates a
+// new one. The closed file is fsynced by the next Commit. Called with mu held.
+func (l *ItemLog) roll() error {
+	if err := l.writeBuf(); err != nil {
+		return err
+	}
+	path := l.f.Name()
+	if err := l.f.Close(); err != nil {
+		return l.fail(err)
+	}
+	l.f = nil
+	if l.written > l.durable {
+		l.unsynced = append(l.unsynced, path)
+	}
+	return nil
+}
+
+// writeBuf writes the buffer to the active segment. Called with mu held.
+func (l *ItemLog) writeBuf() error {
+	if len(l.buf) == 0 {
+		return nil
+	}
+	n, err := l.f.Write(l.buf)
+	l.segs[len(l.segs)-1].size += int64(n)
+	if err != nil {
+		// A partial record may be on disk now; never append after it.
+		return l.fail(err)
+	}
+	l.written += int64(n)
+	l.buf = l.buf[:0]
+	return nil
+}
+
+// fail makes err sticky. After a failed write or fsync the state of the
+// file is unknown (a retried fsync can report success for pages the kernel
+// already dropped), so the log refuses further work; reopening it starts a
+// fresh segment. Called with mu held.
+func (l *ItemLog) fail(err error) error {
+	if l.err == nil {
+		l.err = fmt.Errorf("ft: item log %s: %w", l.dir, err)
+	}
+	return l.err
+}
+
+// Flush writes buffered records to the segment file: they survive the
+// process being killed, not a power cut.
+func (l *ItemLog) Flush() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	return l.writeBuf()
+}
+
+// Commit makes every record appended before the call durable (written and
+// fsynced, with the directory entries of new segments). Concurrent callers
+// share fsyncs: one caller (the leader) syncs everything written so far
+// while the others wait, and a caller whose records the leader's sync did
+// not cover becomes the next leader.
+func (l *ItemLog) Commit() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	target := l.appended
+	for l.durable < target {
+		if err := l.usable(); err != nil {
+			return err
+		}
+		if l.syncing {
+			l.cond.Wait()
+			continue
+		}
+		if err := l.writeBuf(); err != nil {
+			return err
+		}
+		l.syncing = true
+		pos, f, paths, dirty := l.written, l.f, l.unsynced, l.dirDirty
+		l.unsynced, l.dirDirty = nil, false
+		if f != nil {
+			// The active segment last: a roll during the sync closes f.
+			paths = append(paths, f.Name())
+		}
+		l.mu.Unlock()
+		err := syncAll(l.dir, f, paths, dirty)
+		l.mu.Lock()
+		l.syncing = false
+		if err != nil {
+			l.fail(err)
+		} else {
+			l.durable = max(l.durable, pos)
+		}
+		l.cond.Broadcast()
+	}
+	return nil
+}
+
+// syncAll fsyncs the segments in paths and, if a segment was created, the
+// directory. f, when not nil, is the active segment and the last of paths:
+// it is synced through its descriptor, or, if a concurrent roll, truncation
+// or Close closed it first, reopened by name like the rolled segments
+// (fsync acts on the file, not the descriptor). A segment that
+// TruncateBefore deleted needs no sync: its records were consumed.
+func syncAll(dir string, f *os.File, paths []string, dirDirty bool) error {
+	if f != nil {
+		err := f.Sync()
+		if err != nil && !errors.Is(err, os.ErrClosed) {
+			return err
+		}
+		if err == nil {
+			paths = paths[:len(paths)-1]
+		}
+	}
+	for _, p := range paths {
+		r, err := os.Open(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		err = r.Sync()
+		r.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if dirDirty {
+		return syncDir(dir)
+	}
+	return nil
+}
+
+// Replay calls fn for every record with seq > after, in seq order across
+// segments, and returns how many it delivered. payload is valid only until
+// fn returns. An error from fn stops the replay and is returned as is.
+// Records at or below the last delivered seq are skipped, so fn always sees
+// strictly increasing seqs.
+//
+// Damage: a torn or corrupt record ends the replay of its segment, but not
+// of the log. Later segments were written after the damage (a reopened log
+// starts a new segment), so their records are intact history and are
+// delivered; the records lost are those from the damage to the end of that
+// segment, which, when the damage is the torn tail of a crash, are records
+// whose Commit never returned. Replay then returns n and a *ReplayDamage
+// (errors.Is(err, ErrCorrupt)) that callers log and go on from. Inside a
+// segment, a record whose seq is not above the one before it, or a first
+// record whose seq differs from the segment's name, counts as corruption.
+//
+// Replay sees the records appended before it was called (it flushes the
+// buffer first) and may run concurrently with Append.
+func (l *ItemLog) Replay(after uint64, fn func(seq uint64, payload []byte) error) (n int, err error) {
+	l.mu.Lock()
+	if err := l.usable(); err != nil {
+		l.mu.Unlock()
+		return 0, err
+	}
+	if err := l.writeBuf(); err != nil {
+		l.mu.Unlock()
+		return 0, err
+	}
+	segs := slices.Clone(l.segs)
+	l.mu.Unlock()
+
+	var damage ReplayDamage
+	prev := after
+	for i, s := range segs {
+		// Every record of s is below the next segment's first seq: skip s
+		// when that is all at or below after.
+		if i+1 < len(segs) && segs[i+1].first <= after+1 {
+			continue
+		}
+		last, k, err := l.scan(l.path(s.first), s, prev, fn)
+		n += k
+		if k > 0 {
+			prev = last
+		}
+		var ce *CorruptError
+		switch {
+		case errors.As(err, &ce):
+			damage.Files = append(damage.Files, ce)
+		case errors.Is(err, fs.ErrNotExist):
+			// deleted by a concurrent TruncateBefore: consumed records
+		case err != nil:
+			return n, err
+		}
+	}
+	if len(damage.Files) > 0 {
+		return n, &damage
+	}
+	return n, nil
+}
+
+// scan reads the intact records of one segment, at most s.size bytes (so a
+// concurrent append is not read half-written), and calls fn for those with
+// seq > after (fn may be nil). It returns the last intact seq delivered to
+// fn (or seen, when fn is nil), how many, and a *CorruptError at the first
+// damaged record.
+func (l *ItemLog) scan(path string, s segment, after uint64, fn func(uint64, []byte) error) (last uint64, n int, err error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer file.Close()
+	r := bufio.NewReaderSize(io.LimitReader(file, s.size), 64<<10)
+	var (
+		hdr     [recordHeaderLen]byte
+		payload []byte
+		off     int64
+		prev    uint64 // last seq in this segment
+	)
+	corrupt := func(reason string) (uint64, int, error) {
+		return last, n, &CorruptError{Path: path, Offset: off, Reason: reason}
+	}
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if err == io.EOF {
+				return last, n, nil
+			}
+			if err == io.ErrUnexpectedEOF {
+				return corrupt("torn record header")
+			}
+			return last, n, err
+		}
+		h := parseRecordHeader(hdr[:])
+		if int64(h.n) > int64(l.cfg.MaxPayload) {
+			return corrupt(fmt.Sprintf("record length %d above the %d limit", h.n, l.cfg.MaxPayload))
+		}
+		if int64(h.n) > s.size-off-recordHeaderLen {
+			return corrupt(fmt.Sprintf("torn record: length %d, %d bytes left", h.n, s.size-off-recordHeaderLen))
+		}
+		if cap(payload) < int(h.n) {
+			payload = make([]byte, h.n)
+		}
+		payload = payload[:h.n]
+		if _, err := io.ReadFull(r, payload); err != nil {
+			if err == io.ErrUnexpectedEOF || err == io.EOF {
+				return corrupt("torn record")
+			}
+			return last, n, err
+		}
+		if !h.check(hdr[:], payload) {
+			return corrupt("CRC mismatch")
+		}
+		switch {
+		case off == 0 && h.seq != s.first:
+			return corrupt(fmt.Sprintf("first seq %d, the name says %d", h.seq, s.first))
+		case off > 0 && h.seq <= prev:
+			return corrupt(fmt.Sprintf("seq %d not above %d", h.seq, prev))
+		}
+		prev = h.seq
+		if fn == nil {
+			last = h.seq
+			n++
+		} else if h.seq > after {
+			if err := fn(h.seq, payload); err != nil {
+				return last, n, err
+			}
+			last = h.seq
+			n++
+		}
+		off += recordHeaderLen + int64(h.n)
+	}
+}
+
+// TruncateBefore deletes the segments whose records all have seq <= seq:
+// they were consumed by a state backup. The active segment goes too when
+// everything appended is consumed; the next Append starts a new one.
+func (l *ItemLog) TruncateBefore(seq uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	var del []uint64
+	for i, s := range l.segs {
+		active := l.f != nil && i == len(l.segs)-1
+		// The highest seq of s: known, or bounded by the next segment's first.
+		last := s.last
+		if i+1 < len(l.segs) {
+			last = l.segs[i+1].first - 1
+		}
+		if active {
+			last = l.lastSeq
+		}
+		if last > seq {
+			break
+		}
+		if active {
+			if err := l.writeBuf(); err != nil {
+				return err
+			}
+			if err := l.f.Close(); err != nil {
+				return l.fail(err)
+			}
+			l.f = nil
+		}
+		del = append(del, s.first)
+	}
+	for _, first := range del {
+		if err := os.Remove(l.path(first)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return l.fail(err)
+		}
+		l.segs = l.segs[1:]
+	}
+	return nil
+}
+
+// LastSeq returns the highest seq appended, or found intact on open.
+func (l *ItemLog) LastSeq() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastSeq
+}
+
+// Bytes returns the size of the log: segment files plus buffered records.
+func (l *ItemLog) Bytes() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := int64(len(l.buf))
+	for _, s := range l.segs {
+		n += s.size
+	}
+	return n
+}
+
+// Close writes out buffered records (without fsync: call Commit first for
+// that) and closes the log. Safe to call twice; Commits waiting for it
+// return ErrClosed.
+func (l *ItemLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	var err error
+	if l.err == nil {
+		err = l.writeBuf()
+	}
+	if l.f != nil {
+		if cerr := l.f.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		l.f = nil
+	}
+	l.closed = true
+	l.cond.Broadcast()
+	return err
+}
