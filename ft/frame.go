@@ -198,13 +198,13 @@ const (
 
 // appendRecord appends one framed item log record to b.
 func appendRecord(b []byte, seq uint64, payload []byte) []byte {
-	var s [8]byte
-	binary.LittleEndian.PutUint64(s[:], seq)
-	crc := crc32.Update(crc32.Checksum(s[:], castagnoli), castagnoli, payload)
+	start := len(b)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
-	b = binary.LittleEndian.AppendUint32(b, crc)
-	b = append(b, s[:]...)
-	return append(b, payload...)
+	b = append(b, 0, 0, 0, 0) // CRC, filled in below
+	b = binary.LittleEndian.AppendUint64(b, seq)
+	b = append(b, payload...)
+	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(b[start+8:], castagnoli))
+	return b
 }
 
 // recordHeader is the fixed part of a record.

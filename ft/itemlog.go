@@ -99,8 +99,13 @@ func (d *ReplayDamage) Unwrap() error { return ErrCorrupt }
 //
 // ItemLog is safe for concurrent use. Appends must come in increasing seq
 // order, so callers that append from several goroutines serialise their
-// Append calls themselves (Commit needs no such care). After Close every
-// method but Close, LastSeq and Bytes returns ErrClosed.
+// Append calls themselves (Commit needs no such care). Open one ItemLog per
+// key per process. After Close, Append, Flush, Replay and TruncateBefore
+// return ErrClosed, and so does a Commit with records still to sync.
+//
+// A failed write or fsync is sticky: every later call returns that error,
+// because what reached the disk is then unknown. Close the log and open it
+// again; it continues in a new segment.
 type ItemLog struct {
 	dir string
 	cfg ItemLogConfig
@@ -121,6 +126,7 @@ type ItemLog struct {
 	// waits until durable reaches the value appended had when it was called.
 	appended, written, durable int64
 	syncing                    bool     // a Commit leader is fsyncing
+	syncs                      int64    // group commits done (fsync rounds)
 	unsynced                   []string // rolled segments written but not yet fsynced
 	dirDirty                   bool     // a segment was created since the directory was last fsynced
 	err                        error    // sticky: after a failed write or fsync nothing more is accepted
@@ -360,6 +366,7 @@ func (l *ItemLog) Commit() error {
 		err := syncAll(l.dir, f, paths, dirty)
 		l.mu.Lock()
 		l.syncing = false
+		l.syncs++
 		if err != nil {
 			l.fail(err)
 		} else {
@@ -586,6 +593,14 @@ func (l *ItemLog) LastSeq() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lastSeq
+}
+
+// Syncs returns how many group commits (rounds of fsync) the log has done;
+// with the number of Commit calls it shows how well commits are grouped.
+func (l *ItemLog) Syncs() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.syncs
 }
 
 // Bytes returns the size of the log: segment files plus buffered records.

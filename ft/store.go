@@ -245,6 +245,9 @@ func (s *DirStore) Put(key Key, meta BackupMeta, data []byte) (BackupMeta, error
 	}
 	size, err := writeBackup(ks.dir, backupName(meta.Index, meta.Full), meta, data)
 	if err != nil {
+		// The file may be in place all the same (a failed directory fsync):
+		// list the directory again so the next Put never reuses its index.
+		ks.loaded = false
 		return BackupMeta{}, fmt.Errorf("ft: put %s: %w", key, err)
 	}
 	ks.files = append(ks.files, backupFile{index: meta.Index, full: meta.Full, size: size})
