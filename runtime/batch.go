@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mlstream/mlstream/ft"
 	"github.com/mlstream/mlstream/learners"
 	"github.com/valyala/fastjson"
 )
@@ -129,20 +130,34 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 			held = append(held, reservation{q, len(recs)})
 		}
 	}
+	var durable []*partFT // item logs to commit before the reply (mode exact)
 	for _, jb := range b.jobs {
 		for i, recs := range jb.parts {
 			if len(recs) == 0 {
 				continue
 			}
-			if err := jb.job.parts[i].q.push(recs, b.now); err != nil {
+			q := jb.job.parts[i].q
+			if err := q.push(recs, b.now); err != nil {
+				q.unreserve(len(recs))
+				if errors.Is(err, ErrDurability) {
+					return 0, err
+				}
 				// The job was deleted while this request was in flight; its
 				// records go with it, the other jobs still get theirs.
-				jb.job.parts[i].q.unreserve(len(recs))
 				continue
+			}
+			if q.ft != nil && q.ft.mode == ft.ModeExact {
+				durable = append(durable, q.ft)
 			}
 		}
 		jb.job.accepted.Add(uint64(b.events))
 		jb.job.featsPerEvent.Store(int64(len(jb.arena.feats) / b.events))
+	}
+	// Group commit: concurrent requests share the fsyncs.
+	for _, p := range durable {
+		if err := p.log.Commit(); err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrDurability, err)
+		}
 	}
 	b.e.metrics.accepted(b.stream, b.events)
 	return b.events, nil

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"reflect"
 	goruntime "runtime"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/mlstream/mlstream/ft"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -29,6 +31,11 @@ type Config struct {
 	Registry prometheus.Registerer
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
+	// Store keeps the jobs' state backups, and DataDir their item logs;
+	// without a Store no job has fault tolerance (as if its mode were
+	// none).
+	Store   ft.Store
+	DataDir string
 }
 
 func (c *Config) ensureDefaults() {
@@ -54,6 +61,7 @@ var (
 	ErrBusy          = errors.New("runtime: queues are full")
 	ErrTooLarge      = errors.New("runtime: batch larger than a partition queue")
 	ErrClosed        = errors.New("runtime: engine is shutting down")
+	ErrDurability    = errors.New("runtime: could not make events durable")
 )
 
 // Engine runs jobs and routes streams to them. Safe for concurrent use.
@@ -130,12 +138,14 @@ func (e *Engine) PutJob(spec Spec) (created bool, err error) {
 		}
 		return false, fmt.Errorf("%w: %q (delete it first)", ErrJobExists, spec.Name)
 	}
-	j, err := newJob(spec, e.hub)
+	j, err := newJob(spec, e.hub, &e.cfg)
 	if err != nil {
 		return false, err
 	}
+	if err := j.start(e.hub); err != nil {
+		return false, fmt.Errorf("job %q: %w", spec.Name, err)
+	}
 	j.sample(time.Now())
-	j.start()
 	e.mu.jobs[spec.Name] = j
 	e.mu.streams[spec.Input] = append(e.mu.streams[spec.Input], j)
 	e.log.Info("job started", "job", spec.Name, "kind", spec.Kind, "input", spec.Input, "partitions", spec.Partitions)
@@ -194,6 +204,15 @@ func (e *Engine) DeleteJob(name string) error {
 	}
 	e.mu.Unlock()
 	j.stop()
+	if j.ft != nil {
+		// Deleted means gone: its backups and logs too.
+		if err := e.cfg.Store.RemoveJob(name); err != nil {
+			e.log.Warn("removing the job's backups", "job", name, "err", err)
+		}
+		if err := os.RemoveAll(j.ft.dir); err != nil {
+			e.log.Warn("removing the job's data", "job", name, "err", err)
+		}
+	}
 	e.log.Info("job deleted", "job", name, "processed", j.processed())
 	return nil
 }

@@ -9,10 +9,12 @@ import (
 const (
 	TypePrediction = "prediction"
 	TypeStats      = "stats"
+	TypeBackup     = "backup"   // a state backup was written
+	TypeRecovery   = "recovery" // a job restarted from its backups
 )
 
 // OutputTypes lists the message types of the WebSocket feed.
-var OutputTypes = []string{TypePrediction, TypeStats}
+var OutputTypes = []string{TypePrediction, TypeStats, TypeBackup, TypeRecovery}
 
 // Hub fans outputs of partitions out to subscribers. Publishing never
 // blocks: each subscriber has a bounded backlog, and a message that does

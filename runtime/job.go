@@ -1,10 +1,13 @@
 package runtime
 
 import (
+	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/mlstream/mlstream/ft"
 	"github.com/mlstream/mlstream/learners"
 	"github.com/valyala/fastjson"
 )
@@ -54,6 +57,7 @@ type Job struct {
 	samples       sampler
 	gate          gate
 	wg            sync.WaitGroup // partition goroutines
+	ft            *jobFT         // nil when the job has no fault tolerance
 }
 
 // gate holds partitions back while a job is paused.
@@ -105,7 +109,7 @@ type partition struct {
 	processed atomic.Uint64
 }
 
-func newJob(spec Spec, hub *Hub) (*Job, error) {
+func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
 	p := newParams(spec.Params)
 	k, err := kinds[spec.Kind](spec, p)
 	if err != nil {
@@ -120,10 +124,46 @@ func newJob(spec Spec, hub *Hub) (*Job, error) {
 		part.op = k.newPartition(i, emitter{hub: hub, job: spec.Name})
 		j.parts = append(j.parts, part)
 	}
+	if cfg.Store != nil && spec.FT.Mode != ft.ModeNone {
+		op, ok := k.(stateful)
+		if !ok {
+			return nil, &SpecError{"ft.mode", fmt.Sprintf("kind %s has no fault tolerance yet; set mode none", spec.Kind)}
+		}
+		f, err := newJobFT(spec, cfg.Store, cfg.DataDir, op, hub, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		op.setFT(f)
+		j.ft = f
+		for i, part := range j.parts {
+			part.q.ft = f.parts[i]
+		}
+	}
 	return j, nil
 }
 
-func (j *Job) start() {
+// start recovers the job from its backups, if it has fault tolerance, and
+// starts its partitions.
+func (j *Job) start(hub *Hub) error {
+	if j.ft != nil {
+		go j.ft.writeLoop()
+		rep, err := j.recover()
+		if err != nil {
+			close(j.ft.backups)
+			<-j.ft.backupDone
+			j.ft.closeFiles()
+			return err
+		}
+		if rep.Backups > 0 || rep.Replayed > 0 || rep.Lost > 0 {
+			j.ft.recovery.Store(rep)
+			j.ft.log.Info("job recovered", "job", j.spec.Name, "clean", rep.Clean, "failures", rep.Failures,
+				"backups", rep.Backups, "replayed", rep.Replayed, "lost", rep.Lost, "bound_events", rep.Bound.Events,
+				"within_bound", rep.Within, "duration_ms", rep.DurationMs)
+			if msg, err := json.Marshal(map[string]any{"type": TypeRecovery, "job": j.spec.Name, "recovery": rep}); err == nil {
+				hub.Publish(j.spec.Name, TypeRecovery, msg)
+			}
+		}
+	}
 	for _, p := range j.parts {
 		j.wg.Add(1)
 		go func() {
@@ -131,15 +171,20 @@ func (j *Job) start() {
 			p.run()
 		}()
 	}
+	return nil
 }
 
-// stop closes the queues and waits until every queued event is processed.
+// stop closes the queues, waits until every queued event is processed and,
+// with fault tolerance, takes a last full backup.
 func (j *Job) stop() {
 	j.gate.resume()
 	for _, p := range j.parts {
 		p.q.close()
 	}
 	j.wg.Wait()
+	if j.ft != nil {
+		j.ft.close()
+	}
 }
 
 // run is the partition goroutine: take whatever is queued, process it in
@@ -225,6 +270,9 @@ type JobStatus struct {
 	Latency    Latency           `json:"latency"`
 	Partitions []PartitionStatus `json:"partitions"`
 
+	// FT is the fault-tolerance view; absent when the job has none.
+	FT *FTStatus `json:"ft,omitempty"`
+
 	// logreg
 	Model   *learners.Snapshot `json:"model,omitempty"`
 	Metrics *learners.Metrics  `json:"metrics,omitempty"`
@@ -253,5 +301,8 @@ func (j *Job) Status(detail bool) JobStatus {
 	}
 	st.Rates, st.Latency = j.samples.recent()
 	j.kind.status(&st, detail)
+	if j.ft != nil {
+		st.FT = j.ft.status(j)
+	}
 	return st
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlstream/mlstream/learners"
@@ -22,6 +23,18 @@ type logregJob struct {
 	syncEvery int
 	window    int
 	parts     []*logregPart
+	ft        *jobFT // nil without fault tolerance
+
+	// merge serialises merges of partitions into the global model, and the
+	// backups of it, so that a backup is a consistent cut: the model holds
+	// exactly the events up to lastSeqs of each partition.
+	merge struct {
+		sync.Mutex
+		tracker  *learners.Tracker // nil without fault tolerance
+		lastSeqs []uint64
+		learned  int64
+	}
+	maxFeats atomic.Int64 // most features seen in one event, for alpha
 
 	mu struct {
 		sync.Mutex
@@ -105,9 +118,10 @@ func (j *logregJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64)
 func (j *logregJob) Model() *learners.Model { return j.model }
 
 func (j *logregJob) newPartition(index int, out emitter) partitionOp {
-	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window)}
+	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window), limit: j.syncEvery}
 	p.pub.snap = p.prog.Clone()
 	j.parts = append(j.parts, p)
+	j.merge.lastSeqs = append(j.merge.lastSeqs, 0)
 	return p
 }
 
@@ -143,6 +157,9 @@ type logregPart struct {
 	learner *learners.Learner
 	prog    *learners.Progressive
 	msg     []byte
+	lastSeq uint64       // of the last record processed
+	limit   int          // merge after this many labelled events: min(sync_every, γ)
+	unacked atomic.Int64 // learned, not yet merged: published for status
 
 	// pub is the copy of prog that readers see, refreshed every
 	// publishEvery and whenever the partition goes idle.
@@ -161,11 +178,15 @@ func (p *logregPart) process(recs []Record) {
 	for i := range recs {
 		r := &recs[i]
 		var prob float64
+		p.lastSeq = r.Seq
 		if r.Label >= 0 {
 			prob = p.learner.Learn(r.Features, r.Label == 1)
 			p.prog.Observe(prob, r.Label == 1)
-			if p.learner.Pending() >= p.job.syncEvery {
-				p.learner.Sync()
+			if int64(len(r.Features)) > p.job.maxFeats.Load() {
+				p.job.maxFeats.Store(int64(len(r.Features)))
+			}
+			if p.learner.Pending() >= p.limit {
+				p.merge()
 			}
 		} else {
 			prob = model.Predict(r.Features)
@@ -175,16 +196,45 @@ func (p *logregPart) process(recs []Record) {
 			p.out.hub.Publish(p.out.job, TypePrediction, append([]byte(nil), p.msg...))
 		}
 	}
+	p.unacked.Store(int64(p.learner.Pending()))
 	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
 		p.publish(now)
 	}
 }
 
 func (p *logregPart) idle() {
-	if p.learner.Pending() > 0 {
+	p.merge()
+	p.unacked.Store(0)
+	p.publish(time.Now())
+}
+
+// merge folds the partition's local updates into the global model (the
+// parameter server's merge step) and lets fault tolerance decide on a
+// backup. Unlabelled events change no state, but merging records that the
+// model now covers them too.
+func (p *logregPart) merge() {
+	j := p.job
+	j.merge.Lock()
+	n := p.learner.Pending()
+	if n == 0 && j.merge.lastSeqs[p.index] == p.lastSeq {
+		j.merge.Unlock()
+		return
+	}
+	if j.merge.tracker != nil {
+		p.learner.SyncTracked(j.merge.tracker)
+	} else {
 		p.learner.Sync()
 	}
-	p.publish(time.Now())
+	j.merge.lastSeqs[p.index] = p.lastSeq
+	j.merge.learned += int64(n)
+	if j.ft != nil {
+		j.ft.merged(n, j.merge.learned)
+	}
+	j.merge.Unlock()
+	if j.ft != nil {
+		// γ: at most this many events learned and not yet merged.
+		p.limit = min(j.syncEvery, max(j.ft.gamma(), 1))
+	}
 }
 
 func (p *logregPart) publish(now time.Time) {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 type batch struct {
 	recs     []Record
 	enqueued time.Time
+	logged   bool // in the item log
 }
 
 // queue is a partition's bounded input: capacity is counted in events,
@@ -29,6 +31,7 @@ type queue struct {
 	room     *semaphore.Weighted // free capacity, in events
 	depth    atomic.Int64        // events queued, not yet processed
 	notify   chan struct{}       // capacity 1: wakes the partition
+	ft       *partFT             // nil without fault tolerance
 
 	mu struct {
 		sync.Mutex
@@ -65,7 +68,14 @@ func (q *queue) push(recs []Record, now time.Time) error {
 		recs[i].Seq = q.mu.nextSeq
 		q.mu.nextSeq++
 	}
-	q.mu.batches = append(q.mu.batches, batch{recs: recs, enqueued: now})
+	b := batch{recs: recs, enqueued: now}
+	if q.ft != nil {
+		if err := q.ft.pushed(q, recs, &b); err != nil {
+			q.mu.Unlock()
+			return fmt.Errorf("%w: %v", ErrDurability, err)
+		}
+	}
+	q.mu.batches = append(q.mu.batches, b)
 	q.depth.Add(int64(len(recs)))
 	q.mu.Unlock()
 	select {
@@ -80,6 +90,11 @@ func (q *queue) take(buf []batch) (out []batch, closed bool) {
 	q.mu.Lock()
 	out, q.mu.batches = q.mu.batches, buf[:0]
 	closed = q.mu.closed
+	if q.ft != nil {
+		for i := range out {
+			q.ft.taken(&out[i])
+		}
+	}
 	q.mu.Unlock()
 	return out, closed
 }

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mlstream/mlstream/ft"
 	"sigs.k8s.io/yaml"
 )
 
@@ -28,6 +29,68 @@ type Spec struct {
 	QueueSize int `json:"queue_size,omitempty"`
 	// Params are the kind's own parameters (see each kind's doc).
 	Params map[string]any `json:"params,omitempty"`
+	// FT is the job's fault tolerance.
+	FT FTSpec `json:"ft"`
+}
+
+// FTSpec is a job's fault-tolerance section: the mode and AF-Stream's
+// three bounds (package ft). Zero fields take defaults.
+type FTSpec struct {
+	// Mode is none, approx (default) or exact.
+	Mode string `json:"mode,omitempty"`
+	// MaxDivergence is Θ, in the kind's unit of state divergence (logreg:
+	// Euclidean distance of the weights; default 1).
+	MaxDivergence float64 `json:"max_divergence,omitempty"`
+	// MaxPending is L, events at risk in queues and in state since its
+	// last backup (default 10,000).
+	MaxPending int `json:"max_pending,omitempty"`
+	// MaxUnacked is Γ, events sent downstream and not acknowledged (logreg:
+	// learned by a partition and not yet merged; default 10,000).
+	MaxUnacked int `json:"max_unacked,omitempty"`
+	// CompactEvery is how many delta backups may follow a full one before
+	// the next backup is full again (default 16).
+	CompactEvery int `json:"compact_every,omitempty"`
+	// Window is a hopping window in events: at each of its ends the
+	// thresholds, halved by recoveries, reset (default 1,000,000).
+	Window int64 `json:"window,omitempty"`
+}
+
+// defaultDivergence is Θ's default per kind, in the kind's unit.
+var defaultDivergence = map[string]float64{"logreg": 1}
+
+func (f *FTSpec) validate(kind string) error {
+	if f.Mode == "" {
+		f.Mode = ft.ModeApprox
+	}
+	if f.MaxDivergence == 0 {
+		f.MaxDivergence = defaultDivergence[kind]
+	}
+	if f.MaxPending == 0 {
+		f.MaxPending = 10_000
+	}
+	if f.MaxUnacked == 0 {
+		f.MaxUnacked = 10_000
+	}
+	if f.CompactEvery == 0 {
+		f.CompactEvery = 16
+	}
+	if f.Window == 0 {
+		f.Window = 1_000_000
+	}
+	if field, err := f.bounds().Validate(); err != nil {
+		return &SpecError{"ft." + field, err.Error()}
+	}
+	if f.CompactEvery < 0 {
+		return &SpecError{"ft.compact_every", fmt.Sprintf("must be at least 1, got %d", f.CompactEvery)}
+	}
+	if f.Window < 0 {
+		return &SpecError{"ft.window", fmt.Sprintf("must be at least 1 event, got %d", f.Window)}
+	}
+	return nil
+}
+
+func (f FTSpec) bounds() ft.Bounds {
+	return ft.Bounds{Mode: f.Mode, MaxDivergence: f.MaxDivergence, MaxPending: f.MaxPending, MaxUnacked: f.MaxUnacked}
 }
 
 // SpecError says which field of a job spec is wrong. Field is a dotted
@@ -86,7 +149,7 @@ func (s *Spec) validate(defPartitions, defQueue int) error {
 	if s.QueueSize == 0 {
 		s.QueueSize = defQueue
 	}
-	return nil
+	return s.FT.validate(s.Kind)
 }
 
 // DecodeSpec reads one job spec from JSON, refusing unknown fields and

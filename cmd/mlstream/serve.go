@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mlstream/mlstream/api"
+	"github.com/mlstream/mlstream/ft"
 	"github.com/mlstream/mlstream/runtime"
 	"github.com/mlstream/mlstream/web"
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,7 +43,7 @@ func (o *serverOptions) register(fs *flag.FlagSet, defConfig bool) {
 	if defConfig {
 		fs.StringVar(&o.config, "config", "", "job config file, YAML or JSON: {jobs: [...]}")
 	}
-	fs.StringVar(&o.data, "data", "./mlstream-data", "directory for backups and item logs")
+	fs.StringVar(&o.data, "data", "./mlstream-data", "directory for backups and item logs (empty: no fault tolerance)")
 	fs.IntVar(&o.partitions, "partitions", 0, "default partitions per job (0 = number of CPUs)")
 	fs.IntVar(&o.queue, "queue-size", 65536, "default capacity of a partition queue, in events")
 	fs.DurationVar(&o.ingestWait, "ingest-wait", 200*time.Millisecond, "how long ingest waits for room in full queues before answering 429")
@@ -119,10 +120,19 @@ func serve(ctx context.Context, o serverOptions) error {
 		}
 	}
 
+	var store ft.Store
+	if o.data != "" {
+		ds, err := ft.NewDirStore(o.data)
+		if err != nil {
+			return fmt.Errorf("--data: %w", err)
+		}
+		store = ds
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	engine := runtime.NewEngine(runtime.Config{
 		Partitions: o.partitions, QueueSize: o.queue, IngestWait: o.ingestWait, Registry: reg, Logger: log,
+		Store: store, DataDir: o.data,
 	})
 	for i, s := range specs {
 		if _, err := engine.PutJob(s); err != nil {

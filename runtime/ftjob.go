@@ -1,0 +1,441 @@
+package runtime
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mlstream/mlstream/ft"
+)
+
+// stateful is what a kind implements for fault tolerance, beyond
+// ft.Stateful: what its state contains, per partition.
+type stateful interface {
+	ft.Stateful
+	// stateEvents is, per partition, the sequence number of the last event
+	// folded into the state that a backup would capture.
+	stateSeqs() []uint64
+	// alpha is the most one event can move the state divergence.
+	alpha() float64
+	// recovered is called once the backup chain is applied (or none
+	// was): the state contains the events up to seqs, per partition.
+	recovered(seqs []uint64)
+	// setFT hands the operator its job's fault-tolerance machinery.
+	setFT(f *jobFT)
+}
+
+// jobFT is a job's fault-tolerance machinery, after AF-Stream: the state
+// backups of the job's state (one operator: logreg's global model), the
+// item logs of its partitions, and the thresholds. Backups are serialised
+// by the caller (the kind's merge step) and written by one goroutine.
+type jobFT struct {
+	name   string
+	spec   FTSpec
+	bounds ft.Bounds
+	store  ft.Store
+	dir    string // <data>/<job>
+	op     stateful
+	log    *slog.Logger
+	hub    *Hub
+	parts  []*partFT
+
+	// mu guards the controllers and the fields below it.
+	mu          sync.Mutex
+	partCtl     *ft.Controller // l, γ of each partition (n copies)
+	stateCtl    *ft.Controller // θ and the event budget of the job state (one copy)
+	sinceBackup int64          // events folded into the state since its last backup
+	deltas      int            // delta backups since the last full one
+	windowEnd   int64          // processed count at which the thresholds reset
+
+	backups    chan backupReq
+	backupDone chan struct{}
+	stats      struct {
+		full, delta, bytes atomic.Int64
+		last               atomic.Int64 // unix ms of the last backup written
+		errors             atomic.Int64
+	}
+	recovery atomic.Pointer[RecoveryReport]
+}
+
+// partFT is a partition's share: its item log and the high-water mark of
+// the sequence numbers it has handed out.
+type partFT struct {
+	mode string
+	log  *ft.ItemLog
+	mark *os.File
+	l    atomic.Int64 // current threshold l
+
+	// Guarded by the partition queue's mutex.
+	unlogged int
+	buf      []byte
+	markBuf  [8]byte
+}
+
+type backupReq struct {
+	meta ft.BackupMeta
+	data []byte
+}
+
+// newJobFT opens the job's store keys and item logs. It does not recover:
+// see recover.
+func newJobFT(spec Spec, store ft.Store, dataDir string, op stateful, hub *Hub, log *slog.Logger) (*jobFT, error) {
+	f := &jobFT{
+		name: spec.Name, spec: spec.FT, bounds: spec.FT.bounds(), store: store, op: op, hub: hub, log: log,
+		dir:     filepath.Join(dataDir, spec.Name),
+		backups: make(chan backupReq, 4), backupDone: make(chan struct{}),
+	}
+	for i := range spec.Partitions {
+		pf := &partFT{mode: spec.FT.Mode}
+		var err error
+		if pf.log, err = ft.OpenItemLog(dataDir, ft.Key{Job: spec.Name, Partition: i}); err != nil {
+			f.closeFiles()
+			return nil, fmt.Errorf("item log of partition %d: %w", i, err)
+		}
+		// The high-water mark sits next to the partition's item log.
+		partDir := filepath.Join(f.dir, strconv.Itoa(i))
+		if err = os.MkdirAll(partDir, 0o755); err == nil {
+			pf.mark, err = os.OpenFile(filepath.Join(partDir, "seq"), os.O_RDWR|os.O_CREATE, 0o644)
+		}
+		if err != nil {
+			f.parts = append(f.parts, pf)
+			f.closeFiles()
+			return nil, fmt.Errorf("sequence mark of partition %d: %w", i, err)
+		}
+		f.parts = append(f.parts, pf)
+	}
+	return f, nil
+}
+
+func (f *jobFT) closeFiles() {
+	for _, p := range f.parts {
+		if p.log != nil {
+			_ = p.log.Close()
+		}
+		if p.mark != nil {
+			_ = p.mark.Close()
+		}
+	}
+}
+
+// setThresholds publishes the controllers' thresholds; f.mu held.
+func (f *jobFT) setThresholds() {
+	l := f.partCtl.Thresholds().L
+	for _, p := range f.parts {
+		p.l.Store(int64(l))
+	}
+}
+
+// gamma is γ of each partition: how many events it may learn before it
+// must merge them (0: after every event).
+func (f *jobFT) gamma() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.partCtl.Thresholds().Gamma
+}
+
+// pushed is called by a partition queue, under its lock, when records get
+// their sequence numbers: in exact mode every record goes to the item log
+// (the caller commits before replying); in approx mode, once more than l
+// events wait without an item backup, all of them are logged. The
+// high-water mark of handed-out sequence numbers is written either way.
+func (p *partFT) pushed(q *queue, recs []Record, b *batch) error {
+	switch p.mode {
+	case ft.ModeExact:
+		if err := p.logRecords(recs); err != nil {
+			return err
+		}
+		b.logged = true
+	case ft.ModeApprox:
+		p.unlogged += len(recs)
+		if int64(p.unlogged) > p.l.Load() {
+			for i := range q.mu.batches {
+				qb := &q.mu.batches[i]
+				if !qb.logged {
+					if err := p.logRecords(qb.recs); err != nil {
+						return err
+					}
+					qb.logged = true
+				}
+			}
+			if err := p.logRecords(recs); err != nil {
+				return err
+			}
+			b.logged = true
+			p.unlogged = 0
+			if err := p.log.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	binary.LittleEndian.PutUint64(p.markBuf[:], recs[len(recs)-1].Seq)
+	_, err := p.mark.WriteAt(p.markBuf[:], 0)
+	return err
+}
+
+// taken is called under the queue lock when the partition takes a batch.
+func (p *partFT) taken(b *batch) {
+	if !b.logged {
+		p.unlogged -= len(b.recs)
+	}
+}
+
+func (p *partFT) logRecords(recs []Record) error {
+	for i := range recs {
+		p.buf = appendRecord(p.buf[:0], &recs[i])
+		if err := p.log.Append(recs[i].Seq, p.buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readMark returns the last sequence number handed out before a restart.
+func (p *partFT) readMark() uint64 {
+	var b [8]byte
+	if n, _ := p.mark.ReadAt(b[:], 0); n != 8 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// merged is called by the kind's merge step, serialised with other merges,
+// after events were folded into the state: it takes a backup when the
+// divergence passed θ or more than the event budget l was folded in since
+// the last one. The snapshot is taken here, consistently; writing it is
+// the backup goroutine's job.
+func (f *jobFT) merged(events int, processed int64) {
+	if f.spec.Mode == ft.ModeNone {
+		return
+	}
+	f.mu.Lock()
+	f.sinceBackup += int64(events)
+	if processed >= f.windowEnd {
+		// A hopping window ended: errors of earlier windows no longer add up.
+		f.windowEnd = processed + f.spec.Window
+		if f.stateCtl.Failures() > 0 {
+			f.partCtl.ResetWindow()
+			f.stateCtl.ResetWindow()
+			f.setThresholds()
+			f.log.Info("fault tolerance: window ended, thresholds reset", "job", f.name, "thresholds", f.stateCtl.Thresholds())
+		}
+	}
+	th := f.stateCtl.Thresholds()
+	div := f.op.StateDivergence()
+	due := div > th.Theta || f.sinceBackup > int64(th.L)
+	f.mu.Unlock()
+	if due {
+		f.backup(false, div)
+	}
+}
+
+// backup snapshots the state and queues it for writing; full forces a
+// full snapshot, else every CompactEvery-th one is full (compaction).
+func (f *jobFT) backup(full bool, div float64) {
+	f.mu.Lock()
+	if f.deltas >= f.spec.CompactEvery {
+		full = true
+	}
+	if full {
+		f.deltas = 0
+	} else {
+		f.deltas++
+	}
+	meta := ft.BackupMeta{Full: full, Failures: f.stateCtl.Failures(), LastSeqs: f.op.stateSeqs(), Divergence: div, Created: time.Now()}
+	f.sinceBackup = 0
+	f.mu.Unlock()
+	var buf bytes.Buffer
+	if err := f.op.BackupState(&buf, full); err != nil {
+		f.stats.errors.Add(1)
+		f.log.Error("fault tolerance: snapshot failed", "job", f.name, "err", err)
+		return
+	}
+	f.backups <- backupReq{meta: meta, data: buf.Bytes()}
+}
+
+// writeLoop writes backups in order, then drops what they made obsolete:
+// item-log segments whose events are all in the state.
+func (f *jobFT) writeLoop() {
+	defer close(f.backupDone)
+	for req := range f.backups {
+		f.write(req)
+	}
+}
+
+func (f *jobFT) write(req backupReq) {
+	meta, err := f.store.Put(ft.Key{Job: f.name, Partition: ft.GlobalPartition}, req.meta, req.data)
+	if err != nil {
+		f.stats.errors.Add(1)
+		f.log.Error("fault tolerance: backup failed", "job", f.name, "err", err)
+		return
+	}
+	if meta.Full {
+		f.stats.full.Add(1)
+	} else {
+		f.stats.delta.Add(1)
+	}
+	f.stats.bytes.Add(int64(len(req.data)))
+	f.stats.last.Store(meta.Created.UnixMilli())
+	for i, p := range f.parts {
+		if i < len(meta.LastSeqs) {
+			if err := p.log.TruncateBefore(meta.LastSeqs[i]); err != nil {
+				f.log.Warn("fault tolerance: item log truncation", "job", f.name, "partition", i, "err", err)
+			}
+		}
+	}
+	if f.hub.Wants(f.name, TypeBackup) {
+		msg, _ := json.Marshal(map[string]any{
+			"type": TypeBackup, "job": f.name, "ts": meta.Created.UnixMilli(), "index": meta.Index, "full": meta.Full,
+			"bytes": len(req.data), "divergence": meta.Divergence, "last_seqs": meta.LastSeqs,
+		})
+		f.hub.Publish(f.name, TypeBackup, msg)
+	}
+}
+
+// cleanMarker is the file a graceful shutdown leaves, so that the next
+// start knows nothing was lost and counts no failure.
+func (f *jobFT) cleanMarker() string { return filepath.Join(f.dir, "clean") }
+
+// close takes a last full backup of the drained state (modes approx and
+// exact), waits for the writer, and marks the shutdown clean.
+func (f *jobFT) close() {
+	if f.spec.Mode != ft.ModeNone {
+		f.backup(true, f.op.StateDivergence())
+	}
+	close(f.backups)
+	<-f.backupDone
+	for _, p := range f.parts {
+		_ = p.log.Flush()
+	}
+	if f.spec.Mode != ft.ModeNone && f.stats.errors.Load() == 0 {
+		if err := os.WriteFile(f.cleanMarker(), nil, 0o644); err != nil {
+			f.log.Warn("fault tolerance: clean marker", "job", f.name, "err", err)
+		}
+	}
+	f.closeFiles()
+}
+
+// RecoveryReport says what a restart restored and what it lost.
+type RecoveryReport struct {
+	Job string `json:"job"`
+	// Clean is true after a graceful shutdown: nothing was lost.
+	Clean    bool      `json:"clean"`
+	At       time.Time `json:"at"`
+	Failures int       `json:"failures"`
+	// Backups applied: a full one and its deltas.
+	Backups  int      `json:"backups"`
+	Skipped  []string `json:"skipped,omitempty"` // damaged backup files passed over
+	Replayed int      `json:"replayed"`          // events replayed from item logs
+	// Lost counts the events that were accepted before the crash and are
+	// in neither the restored state nor the item logs; LostRanges lists
+	// them per partition as inclusive sequence-number ranges.
+	Lost       int64         `json:"lost"`
+	LostRanges [][][2]uint64 `json:"lost_ranges"`
+	// Bound is the bound that held (the job's promise over any number of
+	// crashes); Within says whether the measured loss stayed inside it.
+	Bound      ft.Bound      `json:"bound"`
+	Within     bool          `json:"within"`
+	Thresholds ft.Thresholds `json:"thresholds"`
+	DurationMs float64       `json:"duration_ms"`
+}
+
+// errPartitionsChanged refuses to restore state taken with another
+// partition count: sequence numbers are per partition.
+var errPartitionsChanged = errors.New("runtime: backups were taken with a different partition count")
+
+// FTStatus is the live fault-tolerance view of a job.
+type FTStatus struct {
+	Mode   string    `json:"mode"`
+	Bounds ft.Bounds `json:"bounds"`
+	// State holds θ and l of the job's state (one copy); Partition holds
+	// l and γ of each partition (n copies).
+	State      ft.Thresholds `json:"state_thresholds"`
+	Partition  ft.Thresholds `json:"partition_thresholds"`
+	Failures   int           `json:"failures"`
+	Divergence float64       `json:"divergence"`
+	// SinceBackup is how many events were folded into the state since its
+	// last backup.
+	SinceBackup int64           `json:"since_backup"`
+	Backups     BackupStats     `json:"backups"`
+	Partitions  []PartitionFT   `json:"partitions"`
+	Alpha       float64         `json:"alpha"`
+	WorstCase   ft.Bound        `json:"worst_case"` // what a crash now would cost
+	Promise     ft.Bound        `json:"promise"`    // the bound over any number of crashes
+	Recovery    *RecoveryReport `json:"recovery,omitempty"`
+}
+
+// BackupStats counts the state backups written.
+type BackupStats struct {
+	Full   int64     `json:"full"`
+	Delta  int64     `json:"delta"`
+	Bytes  int64     `json:"bytes"`
+	Last   time.Time `json:"last,omitzero"`
+	Errors int64     `json:"errors"`
+	// Stored is what the store holds now (older chains are removed).
+	StoredCount int   `json:"stored_count"`
+	StoredBytes int64 `json:"stored_bytes"`
+}
+
+// PartitionFT is one partition's share of FTStatus.
+type PartitionFT struct {
+	Partition int `json:"partition"`
+	// Pending events are queued without an item backup.
+	Pending int64 `json:"pending"`
+	// Unacked events are learned and not yet merged downstream.
+	Unacked      int64 `json:"unacked"`
+	ItemLogBytes int64 `json:"item_log_bytes"`
+}
+
+// unackedCounter is implemented by kinds that report γ's count.
+type unackedCounter interface{ unacked(partition int) int64 }
+
+func (j *logregJob) unacked(i int) int64 { return j.parts[i].unacked.Load() }
+
+func (f *jobFT) status(j *Job) *FTStatus {
+	f.mu.Lock()
+	st := &FTStatus{
+		Mode: f.spec.Mode, Bounds: f.bounds, State: f.stateCtl.Thresholds(), Partition: f.partCtl.Thresholds(),
+		Failures: f.stateCtl.Failures(), SinceBackup: f.sinceBackup,
+	}
+	f.mu.Unlock()
+	if lv, ok := f.op.(interface{ liveDivergence() float64 }); ok {
+		st.Divergence = lv.liveDivergence()
+	}
+	st.Backups = BackupStats{Full: f.stats.full.Load(), Delta: f.stats.delta.Load(), Bytes: f.stats.bytes.Load(), Errors: f.stats.errors.Load()}
+	if ms := f.stats.last.Load(); ms > 0 {
+		st.Backups.Last = time.UnixMilli(ms)
+	}
+	st.Backups.StoredCount, st.Backups.StoredBytes = f.store.Usage(ft.Key{Job: f.name, Partition: ft.GlobalPartition})
+	st.Alpha = f.op.alpha()
+	uc, _ := f.op.(unackedCounter)
+	var pending, unacked int64
+	for i, p := range f.parts {
+		q := j.parts[i].q
+		q.mu.Lock()
+		pe := int64(p.unlogged)
+		q.mu.Unlock()
+		pf := PartitionFT{Partition: i, Pending: pe, ItemLogBytes: p.log.Bytes()}
+		if uc != nil {
+			pf.Unacked = uc.unacked(i)
+		}
+		pending += pf.Pending
+		unacked += pf.Unacked
+		st.Partitions = append(st.Partitions, pf)
+	}
+	st.WorstCase = ft.Bound{
+		State:   st.Divergence + float64(pending)*st.Alpha,
+		Events:  pending + st.SinceBackup + unacked,
+		Outputs: pending,
+	}
+	st.Promise = f.bounds.Promise(st.Alpha, 1)
+	st.Recovery = f.recovery.Load()
+	return st
+}

@@ -1,0 +1,125 @@
+package runtime
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/mlstream/mlstream/learners"
+)
+
+// The fault-tolerance hooks of logreg (ft.Stateful). The state is the
+// global model plus every partition's progressive metrics; its divergence
+// is the Euclidean distance of the weights from the last backup, kept by a
+// learners.Tracker at each merge. The hooks run under j.merge, or before
+// the partitions start, or after they stopped.
+
+func (j *logregJob) setFT(f *jobFT) {
+	j.ft = f
+	j.merge.tracker = learners.NewTracker(j.model)
+}
+
+func (j *logregJob) StateDivergence() float64 {
+	if j.merge.tracker == nil {
+		return 0
+	}
+	return j.merge.tracker.Divergence()
+}
+
+// liveDivergence is StateDivergence for readers outside the merge step.
+func (j *logregJob) liveDivergence() float64 {
+	j.merge.Lock()
+	defer j.merge.Unlock()
+	return j.StateDivergence()
+}
+
+func (j *logregJob) stateSeqs() []uint64 {
+	return append([]uint64(nil), j.merge.lastSeqs...)
+}
+
+// alpha bounds how far one event moves the weights (learners.StepBound).
+func (j *logregJob) alpha() float64 { return j.model.StepBound(int(j.maxFeats.Load())) }
+
+func (j *logregJob) recovered(seqs []uint64) {
+	copy(j.merge.lastSeqs, seqs)
+	for i, p := range j.parts {
+		p.lastSeq = seqs[i]
+	}
+	if j.merge.tracker != nil {
+		j.merge.tracker.Reset()
+	}
+}
+
+// BackupState writes: partition count (uint32), then per partition its
+// progressive metrics (uint32 length + bytes), then the model snapshot:
+// full, or the slots changed since the last backup.
+func (j *logregJob) BackupState(w io.Writer, full bool) error {
+	var hdr [4]byte
+	binary.LittleEndian.PutUint32(hdr[:], uint32(len(j.parts)))
+	if _, err := w.Write(hdr[:]); err != nil {
+		return err
+	}
+	for _, p := range j.parts {
+		p.pub.Lock()
+		data, err := p.pub.snap.MarshalBinary()
+		p.pub.Unlock()
+		if err != nil {
+			return err
+		}
+		binary.LittleEndian.PutUint32(hdr[:], uint32(len(data)))
+		if _, err := w.Write(hdr[:]); err != nil {
+			return err
+		}
+		if _, err := w.Write(data); err != nil {
+			return err
+		}
+	}
+	if full {
+		if _, err := j.model.WriteTo(w); err != nil {
+			return err
+		}
+		j.merge.tracker.Reset()
+		return nil
+	}
+	_, err := j.model.WriteDelta(w, j.merge.tracker.BackedUp())
+	return err
+}
+
+// RecoverState applies one backup written by BackupState.
+func (j *logregJob) RecoverState(r io.Reader) error {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return fmt.Errorf("logreg state: %w", err)
+	}
+	if n := int(binary.LittleEndian.Uint32(hdr[:])); n != len(j.parts) {
+		return fmt.Errorf("logreg state: %d partitions, the job has %d", n, len(j.parts))
+	}
+	progs := make([]*learners.Progressive, len(j.parts))
+	for i := range j.parts {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return fmt.Errorf("logreg state: %w", err)
+		}
+		n := binary.LittleEndian.Uint32(hdr[:])
+		if n > 1<<30 {
+			return fmt.Errorf("logreg state: metrics of %d bytes", n)
+		}
+		data := make([]byte, n)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return fmt.Errorf("logreg state: %w", err)
+		}
+		progs[i] = learners.NewProgressive(j.window)
+		if err := progs[i].UnmarshalBinary(data); err != nil {
+			return err
+		}
+	}
+	if _, err := j.model.ReadFrom(r); err != nil {
+		return err
+	}
+	for i, p := range j.parts {
+		p.prog = progs[i]
+		p.pub.Lock()
+		p.pub.snap = progs[i].Clone()
+		p.pub.Unlock()
+	}
+	return nil
+}
