@@ -93,6 +93,9 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 		_ = conn.SetWriteDeadline(time.Now().Add(wsWriteWait))
 		return conn.WriteMessage(websocket.TextMessage, msg) == nil
 	}
+	if slices.Contains(types, runtime.TypeRecovery) && !s.sendRecoveries(jobs, write) {
+		return
+	}
 	if wantStats && !s.sendStats(sub, jobs, write) {
 		return
 	}
@@ -125,6 +128,29 @@ func (s *Server) sendStats(sub *runtime.Sub, jobs []string, write func([]byte) b
 		msg, err := json.Marshal(statsMessage{Type: runtime.TypeStats, Job: j.Name(), TS: now, Dropped: sub.Dropped(), Stats: j.Status(false)})
 		if err != nil {
 			s.log.Error("encoding stats", "err", err)
+			continue
+		}
+		if !write(msg) {
+			return false
+		}
+	}
+	return true
+}
+
+// sendRecoveries tells a new subscriber how each job last recovered: the
+// recovery happened before anyone could connect.
+func (s *Server) sendRecoveries(jobs []string, write func([]byte) bool) bool {
+	for _, j := range s.engine.Jobs() {
+		if len(jobs) > 0 && !slices.Contains(jobs, j.Name()) {
+			continue
+		}
+		rep := j.Recovery()
+		if rep == nil {
+			continue
+		}
+		msg, err := json.Marshal(map[string]any{"type": runtime.TypeRecovery, "job": j.Name(), "ts": rep.At.UnixMilli(), "recovery": rep})
+		if err != nil {
+			s.log.Error("encoding recovery", "err", err)
 			continue
 		}
 		if !write(msg) {

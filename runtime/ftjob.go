@@ -439,3 +439,11 @@ func (f *jobFT) status(j *Job) *FTStatus {
 	st.Recovery = f.recovery.Load()
 	return st
 }
+
+// Recovery is the report of the job's last recovery from backups, or nil.
+func (j *Job) Recovery() *RecoveryReport {
+	if j.ft == nil {
+		return nil
+	}
+	return j.ft.recovery.Load()
+}

@@ -16,6 +16,8 @@ type metrics struct {
 	refusedVec  *prometheus.CounterVec
 
 	processed, depth, capacity, shed, version, quality, latency, wsDropped, wsClients *prometheus.Desc
+
+	ftDivergence, ftThreshold, ftPending, ftUnacked, ftItemLog, ftBackups, ftBackupBytes, ftFailures, ftWorst, ftPromise, ftLost *prometheus.Desc
 }
 
 func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
@@ -36,6 +38,18 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 		quality:   prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss or auc; window is all or recent.", []string{"job", "metric", "window"}, nil),
 		wsClients: prometheus.NewDesc("mlstream_ws_clients", "Connected WebSocket subscribers.", nil, nil),
 		wsDropped: prometheus.NewDesc("mlstream_ws_dropped_total", "Messages dropped because a subscriber's backlog was full.", nil, nil),
+
+		ftDivergence:  prometheus.NewDesc("mlstream_ft_divergence", "State divergence from the last backup, in the kind's unit.", []string{"job"}, nil),
+		ftThreshold:   prometheus.NewDesc("mlstream_ft_threshold", "Current fault-tolerance thresholds: theta (state), l (pending events per partition), gamma (unacknowledged per partition).", []string{"job", "threshold"}, nil),
+		ftPending:     prometheus.NewDesc("mlstream_ft_pending", "Events queued without an item backup, per partition.", []string{"job", "partition"}, nil),
+		ftUnacked:     prometheus.NewDesc("mlstream_ft_unacked", "Events learned by a partition and not yet merged, per partition.", []string{"job", "partition"}, nil),
+		ftItemLog:     prometheus.NewDesc("mlstream_ft_item_log_bytes", "Bytes in the item log, per partition.", []string{"job", "partition"}, nil),
+		ftBackups:     prometheus.NewDesc("mlstream_ft_backups_total", "State backups written, by type (full, delta).", []string{"job", "type"}, nil),
+		ftBackupBytes: prometheus.NewDesc("mlstream_ft_backup_bytes_total", "Bytes of state backups written.", []string{"job"}, nil),
+		ftFailures:    prometheus.NewDesc("mlstream_ft_failures", "Recoveries the thresholds account for (halved once per failure, reset at window ends).", []string{"job"}, nil),
+		ftWorst:       prometheus.NewDesc("mlstream_ft_worst_case_events", "Events a crash now would lose at worst.", []string{"job"}, nil),
+		ftPromise:     prometheus.NewDesc("mlstream_ft_bound_events", "Events lost at most over any number of crashes (2L + Γ).", []string{"job"}, nil),
+		ftLost:        prometheus.NewDesc("mlstream_ft_recovery_lost_events", "Events the last recovery found lost.", []string{"job"}, nil),
 	}
 	if reg != nil {
 		reg.MustRegister(m.acceptedVec, m.refusedVec, m)
@@ -57,7 +71,8 @@ func (e *Engine) Refused(stream, reason string, n int) { e.metrics.refused(strea
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.version, m.quality, m.wsClients, m.wsDropped} {
+	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.version, m.quality, m.wsClients, m.wsDropped,
+		m.ftDivergence, m.ftThreshold, m.ftPending, m.ftUnacked, m.ftItemLog, m.ftBackups, m.ftBackupBytes, m.ftFailures, m.ftWorst, m.ftPromise, m.ftLost} {
 		ch <- d
 	}
 }
@@ -81,6 +96,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			buckets[b] = cum
 		}
 		ch <- prometheus.MustNewConstHistogram(m.latency, s.total(), float64(s.sumNs)/1e9, buckets, name)
+		if j.ft != nil {
+			m.collectFT(ch, name, j.ft.status(j))
+		}
 		st := JobStatus{}
 		j.kind.status(&st, false)
 		if st.Model != nil {
@@ -101,4 +119,32 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(m.wsClients, prometheus.GaugeValue, float64(m.e.hub.Subscribers()))
 	ch <- prometheus.MustNewConstMetric(m.wsDropped, prometheus.CounterValue, float64(m.e.hub.Dropped()))
+}
+
+func (m *metrics) collectFT(ch chan<- prometheus.Metric, job string, f *FTStatus) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{job}, labels...)...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{job}, labels...)...)
+	}
+	gauge(m.ftDivergence, f.Divergence)
+	gauge(m.ftThreshold, f.State.Theta, "theta")
+	gauge(m.ftThreshold, float64(f.Partition.L), "l")
+	gauge(m.ftThreshold, float64(f.Partition.Gamma), "gamma")
+	for _, p := range f.Partitions {
+		idx := strconv.Itoa(p.Partition)
+		gauge(m.ftPending, float64(p.Pending), idx)
+		gauge(m.ftUnacked, float64(p.Unacked), idx)
+		gauge(m.ftItemLog, float64(p.ItemLogBytes), idx)
+	}
+	counter(m.ftBackups, float64(f.Backups.Full), "full")
+	counter(m.ftBackups, float64(f.Backups.Delta), "delta")
+	counter(m.ftBackupBytes, float64(f.Backups.Bytes))
+	gauge(m.ftFailures, float64(f.Failures))
+	gauge(m.ftWorst, float64(f.WorstCase.Events))
+	gauge(m.ftPromise, float64(f.Promise.Events))
+	if f.Recovery != nil {
+		gauge(m.ftLost, float64(f.Recovery.Lost))
+	}
 }
