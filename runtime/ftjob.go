@@ -53,6 +53,7 @@ type jobFT struct {
 	partCtl     *ft.Controller // l, γ of each partition (n copies)
 	stateCtl    *ft.Controller // θ and the event budget of the job state (one copy)
 	sinceBackup int64          // events folded into the state since its last backup
+	atRisk      int64          // of those, the ones not in the item log
 	deltas      int            // delta backups since the last full one
 	windowEnd   int64          // processed count at which the thresholds reset
 
@@ -207,17 +208,27 @@ func (p *partFT) readMark() uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
+// replayBudget caps the events a recovery may have to replay from item
+// logs, to keep restarts short: past it the state is backed up even if no
+// event is at risk.
+const replayBudget = 100_000
+
 // merged is called by the kind's merge step, serialised with other merges,
-// after events were folded into the state: it takes a backup when the
-// divergence passed θ or more than the event budget l was folded in since
-// the last one. The snapshot is taken here, consistently; writing it is
-// the backup goroutine's job.
-func (f *jobFT) merged(events int, processed int64) {
+// after events were folded into the state, unlogged of them not in the
+// item log. It takes a backup when events not in the item log were folded
+// in and the divergence passed θ, or when more than the event budget l of
+// them were. Events that are in the item log are not at risk: a recovery
+// replays them onto the older backup, so they need no state backup (this
+// is what keeps the mode cheap once halving has driven l to 0 and every
+// event is logged). The snapshot is taken here, consistently; writing it
+// is the backup goroutine's job.
+func (f *jobFT) merged(events, unlogged int, processed int64) {
 	if f.spec.Mode == ft.ModeNone {
 		return
 	}
 	f.mu.Lock()
 	f.sinceBackup += int64(events)
+	f.atRisk += int64(unlogged)
 	if processed >= f.windowEnd {
 		// A hopping window ended: errors of earlier windows no longer add up.
 		f.windowEnd = processed + f.spec.Window
@@ -230,7 +241,7 @@ func (f *jobFT) merged(events int, processed int64) {
 	}
 	th := f.stateCtl.Thresholds()
 	div := f.op.StateDivergence()
-	due := div > th.Theta || f.sinceBackup > int64(th.L)
+	due := f.atRisk > 0 && div > th.Theta || f.atRisk > int64(th.L) || f.sinceBackup > replayBudget
 	f.mu.Unlock()
 	if due {
 		f.backup(false, div)
@@ -250,7 +261,7 @@ func (f *jobFT) backup(full bool, div float64) {
 		f.deltas++
 	}
 	meta := ft.BackupMeta{Full: full, Failures: f.stateCtl.Failures(), LastSeqs: f.op.stateSeqs(), Divergence: div, Created: time.Now()}
-	f.sinceBackup = 0
+	f.sinceBackup, f.atRisk = 0, 0
 	f.mu.Unlock()
 	var buf bytes.Buffer
 	if err := f.op.BackupState(&buf, full); err != nil {
@@ -362,8 +373,9 @@ type FTStatus struct {
 	Failures   int           `json:"failures"`
 	Divergence float64       `json:"divergence"`
 	// SinceBackup is how many events were folded into the state since its
-	// last backup.
+	// last backup, AtRisk how many of them are not in the item log.
 	SinceBackup int64           `json:"since_backup"`
+	AtRisk      int64           `json:"at_risk"`
 	Backups     BackupStats     `json:"backups"`
 	Partitions  []PartitionFT   `json:"partitions"`
 	Alpha       float64         `json:"alpha"`
@@ -403,7 +415,7 @@ func (f *jobFT) status(j *Job) *FTStatus {
 	f.mu.Lock()
 	st := &FTStatus{
 		Mode: f.spec.Mode, Bounds: f.bounds, State: f.stateCtl.Thresholds(), Partition: f.partCtl.Thresholds(),
-		Failures: f.stateCtl.Failures(), SinceBackup: f.sinceBackup,
+		Failures: f.stateCtl.Failures(), SinceBackup: f.sinceBackup, AtRisk: f.atRisk,
 	}
 	f.mu.Unlock()
 	if lv, ok := f.op.(interface{ liveDivergence() float64 }); ok {
@@ -432,7 +444,7 @@ func (f *jobFT) status(j *Job) *FTStatus {
 	}
 	st.WorstCase = ft.Bound{
 		State:   st.Divergence + float64(pending)*st.Alpha,
-		Events:  pending + st.SinceBackup + unacked,
+		Events:  pending + st.AtRisk + unacked,
 		Outputs: pending,
 	}
 	st.Promise = f.bounds.Promise(st.Alpha, 1)

@@ -74,6 +74,7 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	}
 	f.op.recovered(base)
 	rep.LostRanges = make([][][2]uint64, len(j.parts))
+	covered := make([]uint64, len(j.parts))
 	for i, part := range j.parts {
 		n, last, lost, err := j.replay(i, base[i])
 		if err != nil {
@@ -87,8 +88,13 @@ func (j *Job) recover() (*RecoveryReport, error) {
 			rep.Lost += int64(r[1] - r[0] + 1)
 		}
 		rep.LostRanges[i] = lost
-		part.q.mu.nextSeq = max(marks[i], last) + 1
+		covered[i] = max(marks[i], last)
+		part.q.mu.nextSeq = covered[i] + 1
 	}
+	// What is lost is gone for good: the state now stands for every
+	// sequence number handed out, so the next recovery does not count the
+	// same loss again.
+	f.op.recovered(covered)
 	rep.Bound = f.bounds.Promise(f.op.alpha(), 1)
 	rep.Within = rep.Lost <= rep.Bound.Events
 	rep.Clean = clean && rep.Lost == 0
@@ -110,7 +116,7 @@ func (j *Job) replay(i int, after uint64) (n int, last uint64, gaps [][2]uint64,
 	var a arena
 	flush := func() {
 		if len(recs) > 0 {
-			part.op.process(recs)
+			part.op.process(recs, true)
 			part.processed.Add(uint64(len(recs)))
 			recs = nil
 			a = arena{}

@@ -27,8 +27,9 @@ type kindJob interface {
 // partitionOp is one partition's operator, called only from its
 // partition's goroutine.
 type partitionOp interface {
-	// process handles one batch, in order.
-	process(recs []Record)
+	// process handles one batch, in order; logged says whether the batch
+	// is in the item log (fault tolerance counts what is at risk).
+	process(recs []Record, logged bool)
 	// idle is called whenever the queue runs empty, and once at shutdown
 	// after the last batch: the moment to flush or merge.
 	idle()
@@ -208,7 +209,7 @@ func (p *partition) run() {
 				p.job.gate.wait()
 				b := &batches[i]
 				n := len(b.recs)
-				p.op.process(b.recs)
+				p.op.process(b.recs, b.logged)
 				p.processed.Add(uint64(n))
 				p.job.lat.observe(time.Since(b.enqueued), n)
 				p.q.done(n)

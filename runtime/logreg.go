@@ -151,15 +151,16 @@ func (j *logregJob) status(st *JobStatus, detail bool) {
 // logregPart is one partition's learner: progressive validation (predict,
 // then learn) on labelled events, prediction only on the others.
 type logregPart struct {
-	job     *logregJob
-	index   int
-	out     emitter
-	learner *learners.Learner
-	prog    *learners.Progressive
-	msg     []byte
-	lastSeq uint64       // of the last record processed
-	limit   int          // merge after this many labelled events: min(sync_every, γ)
-	unacked atomic.Int64 // learned, not yet merged: published for status
+	job      *logregJob
+	index    int
+	out      emitter
+	learner  *learners.Learner
+	prog     *learners.Progressive
+	msg      []byte
+	lastSeq  uint64       // of the last record processed
+	limit    int          // merge after this many labelled events: min(sync_every, γ)
+	unacked  atomic.Int64 // learned, not yet merged: published for status
+	unlogged int          // learned since the last merge and not in the item log
 
 	// pub is the copy of prog that readers see, refreshed every
 	// publishEvery and whenever the partition goes idle.
@@ -172,7 +173,7 @@ type logregPart struct {
 
 const publishEvery = 100 * time.Millisecond
 
-func (p *logregPart) process(recs []Record) {
+func (p *logregPart) process(recs []Record, logged bool) {
 	wants := p.out.hub.Wants(p.out.job, TypePrediction)
 	model := p.job.model
 	for i := range recs {
@@ -182,6 +183,9 @@ func (p *logregPart) process(recs []Record) {
 		if r.Label >= 0 {
 			prob = p.learner.Learn(r.Features, r.Label == 1)
 			p.prog.Observe(prob, r.Label == 1)
+			if !logged {
+				p.unlogged++
+			}
 			if int64(len(r.Features)) > p.job.maxFeats.Load() {
 				p.job.maxFeats.Store(int64(len(r.Features)))
 			}
@@ -228,8 +232,9 @@ func (p *logregPart) merge() {
 	j.merge.lastSeqs[p.index] = p.lastSeq
 	j.merge.learned += int64(n)
 	if j.ft != nil {
-		j.ft.merged(n, j.merge.learned)
+		j.ft.merged(n, p.unlogged, j.merge.learned)
 	}
+	p.unlogged = 0
 	j.merge.Unlock()
 	if j.ft != nil {
 		// γ: at most this many events learned and not yet merged.

@@ -51,6 +51,7 @@ type proc struct {
 	logs bytes.Buffer
 	addr chan string
 	done chan error
+	base string // the URL, once known
 }
 
 var servingRE = regexp.MustCompile(`msg="mlstream serving" addr=(\S+)`)
@@ -107,8 +108,12 @@ func (p *proc) output() string {
 
 func (p *proc) url() string {
 	p.t.Helper()
+	if p.base != "" {
+		return p.base
+	}
 	select {
 	case u := <-p.addr:
+		p.base = u
 		return u
 	case err := <-p.done:
 		p.t.Fatalf("mlstream exited before serving: %v\n%s", err, p.output())

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mlstream/mlstream/internal/gen"
+)
+
+// ftView is the fault-tolerance part of GET /v1/jobs/{job}.
+type ftView struct {
+	Processed uint64
+	Metrics   struct{ All struct{ Count int64 } }
+	FT        struct {
+		Mode            string
+		Failures        int
+		StateThresholds struct {
+			Theta float64
+			L     int
+		} `json:"state_thresholds"`
+		PartitionThresholds struct{ L, Gamma int } `json:"partition_thresholds"`
+		Promise             struct{ Events int64 }
+		Backups             struct{ Full, Delta int64 }
+		Recovery            *struct {
+			Clean, Within               bool
+			Failures, Backups, Replayed int
+			Lost                        int64
+			Skipped                     []string
+			Bound                       struct{ Events int64 }
+		}
+	}
+}
+
+// postGen posts n generated events in requests of batch and returns the
+// number accepted.
+func postGen(t *testing.T, url string, g *gen.Generator, n, batch int) int {
+	t.Helper()
+	accepted := 0
+	for sent := 0; sent < n; sent += batch {
+		var body []byte
+		for range min(batch, n-sent) {
+			ev := g.Next()
+			body = append(ev.AppendJSON(body), '\n')
+		}
+		resp, err := http.Post(url+"/v1/streams/mail/events", "application/x-ndjson", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct{ Accepted int }
+		_ = json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if resp.StatusCode != 202 {
+			t.Fatalf("post: status %d", resp.StatusCode)
+		}
+		accepted += r.Accepted
+	}
+	return accepted
+}
+
+func kill9(t *testing.T, p *proc) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("kill -9 did not end the process")
+	}
+}
+
+func ftConfig(t *testing.T, ft string) string {
+	return writeConfig(t, fmt.Sprintf(`{"jobs":[{"name":"spam","kind":"logreg","input":"mail","partitions":2,"params":{"hash_bits":16},"ft":%s}]}`, ft))
+}
+
+// heldOutAccuracy asks the server to predict events it never saw and
+// scores the answers against their labels.
+func heldOutAccuracy(t *testing.T, url string, events []gen.Event) float64 {
+	t.Helper()
+	var body []byte
+	for _, ev := range events {
+		body = append(ev.AppendJSON(body), '\n')
+	}
+	resp, err := http.Post(url+"/v1/jobs/spam/predict", "application/x-ndjson", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Predictions []struct{ P float64 } }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Predictions) != len(events) {
+		t.Fatalf("predict: %v, %d answers", err, len(out.Predictions))
+	}
+	right := 0
+	for i, p := range out.Predictions {
+		if (p.P > 0.5) == events[i].Label {
+			right++
+		}
+	}
+	return float64(right) / float64(len(events))
+}
+
+// Ten kill -9 crashes in approx mode: every recovery loses no more than
+// its bound, the thresholds halve after each, the total stays within the
+// promise, and the model ends within a point of a run without crashes.
+func TestKill9ApproxLossStaysBounded(t *testing.T) {
+	const (
+		crashes = 10
+		perRun  = 5000
+		theta   = 1.0
+	)
+	dir := t.TempDir()
+	cfg := ftConfig(t, `{"mode":"approx","max_divergence":1,"max_pending":2000,"max_unacked":1000}`)
+	g := gen.New(gen.Config{Seed: 21})
+	var stream [][]gen.Event
+	var totalLost int64
+	var promise int64
+	accepted := 0
+	for run := 0; run <= crashes; run++ {
+		p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
+		url := p.url()
+		var v ftView
+		getJSON(t, url+"/v1/jobs/spam", &v)
+		promise = v.FT.Promise.Events
+		if run > 0 {
+			rec := v.FT.Recovery
+			if rec == nil || rec.Clean || rec.Failures != run {
+				t.Fatalf("run %d: recovery %+v", run, rec)
+			}
+			if !rec.Within || rec.Lost > rec.Bound.Events {
+				t.Fatalf("run %d: lost %d events, bound %d", run, rec.Lost, rec.Bound.Events)
+			}
+			totalLost += rec.Lost
+			// θ = Θ/2 for the one state copy, halved once per failure.
+			if want := theta / 2 / math.Pow(2, float64(run)); math.Abs(v.FT.StateThresholds.Theta-want) > 1e-12 || v.FT.Failures != run {
+				t.Fatalf("run %d: theta %v, failures %d; want %v", run, v.FT.StateThresholds.Theta, v.FT.Failures, want)
+			}
+			t.Logf("crash %d: lost %d (bound %d), replayed %d, backups applied %d, l now %d",
+				run, rec.Lost, rec.Bound.Events, rec.Replayed, rec.Backups, v.FT.PartitionThresholds.L)
+		}
+		if run == crashes {
+			break
+		}
+		var events []gen.Event
+		for range perRun {
+			events = append(events, g.Next())
+		}
+		stream = append(stream, events)
+		accepted += postEvents(t, url, events)
+		kill9(t, p)
+	}
+	if totalLost > promise {
+		t.Fatalf("%d events lost over %d crashes, promise %d", totalLost, crashes, promise)
+	}
+	var held []gen.Event
+	for range 5000 {
+		held = append(held, g.Next())
+	}
+	p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
+	crashed := heldOutAccuracy(t, p.url(), held)
+
+	// The same events, in the same order, without a crash.
+	q := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", t.TempDir())
+	for _, events := range stream {
+		postEvents(t, q.url(), events)
+	}
+	var v ftView
+	for getJSON(t, q.url()+"/v1/jobs/spam", &v); v.Processed < uint64(accepted); getJSON(t, q.url()+"/v1/jobs/spam", &v) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	clean := heldOutAccuracy(t, q.url(), held)
+	t.Logf("%d events, %d lost in %d crashes (promise %d); held-out accuracy %.4f after crashes, %.4f without", accepted, totalLost, crashes, promise, crashed, clean)
+	if math.Abs(crashed-clean) > 0.01 {
+		t.Fatalf("accuracy after %d crashes %.4f, without %.4f", crashes, crashed, clean)
+	}
+}
+
+// postEvents posts events in requests of 1,000 and returns how many were
+// accepted.
+func postEvents(t *testing.T, url string, events []gen.Event) int {
+	t.Helper()
+	accepted := 0
+	for i := 0; i < len(events); i += 1000 {
+		var body []byte
+		for _, ev := range events[i:min(i+1000, len(events))] {
+			body = append(ev.AppendJSON(body), '\n')
+		}
+		resp, err := http.Post(url+"/v1/streams/mail/events", "application/x-ndjson", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct{ Accepted int }
+		_ = json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if resp.StatusCode != 202 {
+			t.Fatalf("post: status %d", resp.StatusCode)
+		}
+		accepted += r.Accepted
+	}
+	return accepted
+}
+
+// In exact mode every accepted event survives kill -9.
+func TestKill9ExactLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	cfg := ftConfig(t, `{"mode":"exact"}`)
+	g := gen.New(gen.Config{Seed: 22})
+	accepted := 0
+	for run := 0; run <= 3; run++ {
+		p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
+		url := p.url()
+		var v ftView
+		getJSON(t, url+"/v1/jobs/spam", &v)
+		if run > 0 {
+			if rec := v.FT.Recovery; rec == nil || rec.Lost != 0 || rec.Failures != run {
+				t.Fatalf("run %d: recovery %+v", run, rec)
+			}
+			// Everything accepted so far is learned: from the backup or
+			// replayed from the item log.
+			deadline := time.Now().Add(20 * time.Second)
+			for v.Metrics.All.Count != int64(accepted) {
+				if time.Now().After(deadline) {
+					t.Fatalf("run %d: learned %d of %d accepted events", run, v.Metrics.All.Count, accepted)
+				}
+				time.Sleep(10 * time.Millisecond)
+				getJSON(t, url+"/v1/jobs/spam", &v)
+			}
+		}
+		if run == 3 {
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			p.wait()
+			break
+		}
+		accepted += postGen(t, url, g, 4000, 500)
+		kill9(t, p)
+	}
+}
+
+// Graceful shutdown loses nothing in any mode, and the restart after it
+// counts no failure.
+func TestGracefulShutdownLosesNothingInAnyMode(t *testing.T) {
+	for _, mode := range []string{"none", "approx", "exact"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := ftConfig(t, fmt.Sprintf(`{"mode":%q}`, mode))
+			p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
+			n := postGen(t, p.url(), gen.New(gen.Config{Seed: 23}), 6000, 1000)
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			p.wait()
+			q := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
+			var v ftView
+			getJSON(t, q.url()+"/v1/jobs/spam", &v)
+			if mode == "none" {
+				if v.FT.Mode != "" || v.Metrics.All.Count != 0 {
+					t.Fatalf("mode none restored something: %+v", v)
+				}
+				return
+			}
+			rec := v.FT.Recovery
+			if rec == nil || !rec.Clean || rec.Lost != 0 || rec.Failures != 0 || v.Metrics.All.Count != int64(n) {
+				t.Fatalf("after a graceful stop: learned %d of %d, recovery %+v", v.Metrics.All.Count, n, rec)
+			}
+		})
+	}
+}
+
+// Damaged backup files are passed over: the previous good chain is used
+// and the service starts.
+func TestDamagedBackupsAreSurvived(t *testing.T) {
+	dir := t.TempDir()
+	cfg := ftConfig(t, `{"mode":"approx","max_divergence":0.5,"compact_every":2}`)
+	p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
+	postGen(t, p.url(), gen.New(gen.Config{Seed: 24}), 20000, 1000)
+	kill9(t, p)
+	files, _ := filepath.Glob(filepath.Join(dir, "spam", "global", "backup-*"))
+	sort.Strings(files)
+	if len(files) < 3 {
+		t.Fatalf("only %d backups: %v", len(files), files)
+	}
+	// Flip a byte in the newest, truncate the one before.
+	newest, before := files[len(files)-1], files[len(files)-2]
+	data, _ := os.ReadFile(newest)
+	data[len(data)/2] ^= 0xff
+	os.WriteFile(newest, data, 0o644)
+	data, _ = os.ReadFile(before)
+	os.WriteFile(before, data[:len(data)/3], 0o644)
+	// And tear the tail of an item log.
+	logs, _ := filepath.Glob(filepath.Join(dir, "spam", "*", "items-*.log"))
+	for _, l := range logs {
+		if fi, err := os.Stat(l); err == nil && fi.Size() > 10 {
+			os.Truncate(l, fi.Size()-7)
+		}
+	}
+	q := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
+	var v ftView
+	getJSON(t, q.url()+"/v1/jobs/spam", &v)
+	rec := v.FT.Recovery
+	if rec == nil || len(rec.Skipped) == 0 || rec.Backups == 0 {
+		t.Fatalf("recovery %+v", rec)
+	}
+	t.Logf("skipped: %v; restored from %d backups, lost %d", rec.Skipped, rec.Backups, rec.Lost)
+	resp, err := http.Get(q.url() + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("readyz: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	postGen(t, q.url(), gen.New(gen.Config{Seed: 25}), 1000, 500)
+}
+
+// Thresholds halved by a crash reset when the window ends.
+func TestThresholdsResetAtWindowEnd(t *testing.T) {
+	dir := t.TempDir()
+	cfg := ftConfig(t, `{"mode":"approx","window":3000}`)
+	p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
+	g := gen.New(gen.Config{Seed: 26})
+	postGen(t, p.url(), g, 1000, 500)
+	kill9(t, p)
+	q := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
+	var v ftView
+	getJSON(t, q.url()+"/v1/jobs/spam", &v)
+	if v.FT.Failures != 1 || v.FT.StateThresholds.Theta != 0.25 {
+		t.Fatalf("after a crash: failures %d theta %v", v.FT.Failures, v.FT.StateThresholds.Theta)
+	}
+	postGen(t, q.url(), g, 4000, 500)
+	deadline := time.Now().Add(20 * time.Second)
+	for getJSON(t, q.url()+"/v1/jobs/spam", &v); v.FT.Failures != 0; getJSON(t, q.url()+"/v1/jobs/spam", &v) {
+		if time.Now().After(deadline) {
+			t.Fatalf("thresholds not reset: failures %d, theta %v", v.FT.Failures, v.FT.StateThresholds.Theta)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v.FT.StateThresholds.Theta != 0.5 {
+		t.Fatalf("theta %v after the reset", v.FT.StateThresholds.Theta)
+	}
+}
