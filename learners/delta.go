@@ -17,16 +17,21 @@ type deltaMap struct {
 type deltaEntry struct {
 	key    uint64 // slot+1; 0 = empty
 	da, db float64
+	_      uint64 // pad to 32 bytes: an entry never straddles a cache line
 }
+
+// hashMul is the multiplier of the Fibonacci hash that maps a slot to its
+// home entry.
+const hashMul = 0x9E3779B97F4A7C15
 
 const minDeltaCap = 1 << 12
 
 func newDeltaMap() deltaMap {
-	return deltaMap{entries: make([]deltaEntry, minDeltaCap), shift: 64 - 12}
+	return deltaMap{entries: make([]deltaEntry, minDeltaCap), used: make([]uint32, 0, minDeltaCap/2), shift: 64 - 12}
 }
 
 func (d *deltaMap) home(slot int) int {
-	return int((uint64(slot) * 0x9E3779B97F4A7C15) >> d.shift)
+	return int((uint64(slot) * hashMul) >> d.shift)
 }
 
 // find returns the index of slot's entry, or -1.
@@ -40,6 +45,29 @@ func (d *deltaMap) find(slot int) int {
 		case 0:
 			return -1
 		}
+	}
+}
+
+// lookup is insert for the hot loops, which pass the table's fields in
+// registers: it returns the index of slot's entry, adding an empty one if
+// needed, without a call (the caller must have called reserve, so used
+// has room: no append).
+func (d *deltaMap) lookup(slot uint64, entries []deltaEntry, dmask uint64, shift uint) uint64 {
+	key := slot + 1
+	h := slot * hashMul >> shift
+	for {
+		e := &entries[h]
+		if e.key == key {
+			return h
+		}
+		if e.key == 0 {
+			e.key = key
+			u := len(d.used)
+			d.used = d.used[:u+1]
+			d.used[u] = uint32(h)
+			return h
+		}
+		h = (h + 1) & dmask
 	}
 }
 
@@ -72,7 +100,7 @@ func (d *deltaMap) reserve(n int) {
 		size *= 2
 	}
 	d.entries = make([]deltaEntry, size)
-	d.used = make([]uint32, 0, 2*cap(oldUsed))
+	d.used = make([]uint32, 0, size/2) // reserve keeps len(used) <= size/2: appends never grow it
 	d.shift = uint(64 - bits.TrailingZeros(uint(size)))
 	for _, i := range oldUsed {
 		e := old[i]

@@ -17,15 +17,17 @@ import (
 type Learner struct {
 	m       *Model
 	delta   deltaMap
-	pending int    // labelled events learned since the last Sync
-	items   []item // scratch for Learn
+	pending int       // labelled events learned since the last Sync
+	items   []item    // scratch for Learn
+	normed  []Feature // scratch for Learn: normalized values
+	touch   uint64    // sink of scan's cache-warming loads
 }
 
 // item is one active coordinate of the event being learned.
 type item struct {
-	slot  int
-	idx   int     // index of the slot's local delta entry, or -1
-	x     float64 // input value in the optimizer's units (x/s if adaptive)
+	slot  uint32  // < 2^28+1
+	idx   uint32  // index of the slot's local delta entry
+	x     float64 // input value; in the optimizer's units (x/s if adaptive) once its weight is read
 	w     float64 // weight in the optimizer's units
 	sqrtN float64 // FTRL: sqrt(n); AdaGrad: sum of squared gradients (word B)
 }
@@ -53,9 +55,28 @@ func (l *Learner) Predict(feats []Feature) float64 {
 // normalization) are skipped; the intercept is always included. Learn does
 // not allocate once its buffers have grown to the largest event and to the
 // number of slots touched between syncs.
+//
+// Hot path, in three passes over the event's coordinates, each a loop
+// without calls: scan lists them and checks their adaptive scales, touching
+// the cache lines the next pass reads (so that their misses overlap instead
+// of stalling one by one behind the square root and division of each
+// weight); the margin pass looks up (or adds) each coordinate's delta entry
+// once and computes its weight; the update pass writes the entries by index.
+// An entry is thus added for every active coordinate, also one whose
+// gradient turns out to be exactly 0 (only possible by underflow); it holds
+// zero deltas and syncs as a no-op. When a scale must grow, scan gives up
+// and collect runs instead, which grows every scale of the event before any
+// weight is read.
 func (l *Learner) Learn(feats []Feature, label bool) float64 {
 	m := l.m
-	items := l.collect(feats)
+	l.delta.reserve(len(feats) + 1) // entry indices in items stay valid
+	if cap(l.items) < len(feats)+1 {
+		l.items = make([]item, 0, 2*(len(feats)+1))
+	}
+	items, ok := l.scan(feats)
+	if !ok {
+		items = l.collect(feats)
+	}
 	var margin float64
 	if m.opt == optFTRL {
 		margin = l.marginFTRL(items)
@@ -67,7 +88,6 @@ func (l *Learner) Learn(feats []Feature, label bool) float64 {
 	if label {
 		g = p - 1
 	}
-	l.delta.reserve(len(items)) // entry indices in items stay valid
 	switch m.opt {
 	case optFTRL:
 		l.updateFTRL(items, g)
@@ -82,110 +102,183 @@ func (l *Learner) Learn(feats []Feature, label bool) float64 {
 	return p
 }
 
+// scan fills the scratch buffer with the slot and value of the event's
+// active coordinates (bias first). It returns ok = false, with the buffer
+// in an unspecified state, if a coordinate's adaptive scale must grow. It
+// also loads a word of each coordinate's global slot and of its delta
+// entry's home, so that the cache misses of the margin pass happen here,
+// many at a time: this loop is short, its iterations are independent, and
+// the out-of-order core runs several of them ahead.
+func (l *Learner) scan(feats []Feature) (items []item, ok bool) {
+	m := l.m
+	feats = l.normalized(feats)
+	items = l.items[:len(feats)+1]
+	state, entries, shift := m.state, l.delta.entries, l.delta.shift&63
+	mask := m.mask
+	bias := uint64(m.bias)
+	items[0].slot, items[0].x = uint32(bias), 1
+	n := 1
+	var touch uint64
+	if m.adaptive {
+		if inv := math.Float64frombits(atomic.LoadUint64(&state[bias*stride+offInv])); inv == 0 || inv > 1 {
+			return items, false
+		}
+		for _, f := range feats {
+			if skipValue(f.Value) {
+				continue
+			}
+			slot := f.Hash & mask
+			inv := math.Float64frombits(atomic.LoadUint64(&state[slot*stride+offInv]))
+			if inv == 0 || math.Abs(f.Value)*inv > 1 {
+				return items, false
+			}
+			touch += entries[slot*hashMul>>shift].key
+			it := &items[n]
+			it.slot, it.x = uint32(slot), f.Value
+			n++
+		}
+	} else {
+		for _, f := range feats {
+			if skipValue(f.Value) {
+				continue
+			}
+			slot := f.Hash & mask
+			touch += atomic.LoadUint64(&state[slot*stride+offA])
+			touch += entries[slot*hashMul>>shift].key
+			it := &items[n]
+			it.slot, it.x = uint32(slot), f.Value
+			n++
+		}
+	}
+	l.touch = touch // keeps the loads
+	return items[:n], true
+}
+
+// normalized returns feats, or with per-event normalization a copy in a
+// scratch buffer with the normalized values, so that the gather loops call
+// nothing.
+func (l *Learner) normalized(feats []Feature) []Feature {
+	m := l.m
+	if m.norm == normNone {
+		return feats
+	}
+	k := m.eventNorm(feats)
+	nf := l.normed[:0]
+	for _, f := range feats {
+		nf = append(nf, Feature{f.Hash, m.transform(f.Value) * k})
+	}
+	l.normed = nf
+	return nf
+}
+
 // collect fills the scratch buffer with the event's active coordinates
 // (bias first) and grows the adaptive scales. Scales grow before any weight
 // is read, so that a slot seen twice in one event is read in one scale.
 func (l *Learner) collect(feats []Feature) []item {
 	m := l.m
-	mask := m.mask
-	// Fields are assigned one by one: appending struct literals makes the
-	// compiler build each item on the stack and copy it with overlapping
-	// moves, which stalls store forwarding (measured: half of Learn's time).
-	if cap(l.items) < len(feats)+1 {
-		l.items = make([]item, 0, 2*(len(feats)+1))
-	}
+	feats = l.normalized(feats)
 	items := l.items[:len(feats)+1]
-	items[0].slot, items[0].x = m.bias, 1
+	items[0].slot, items[0].x = uint32(m.bias), 1
 	n := 1
-	if m.norm == normNone {
-		for _, f := range feats {
-			if x := f.Value; x != 0 && x == x {
-				items[n].slot, items[n].x = int(f.Hash&mask), x
-				n++
-			}
-		}
-	} else {
-		k := m.eventNorm(feats)
-		for _, f := range feats {
-			if x := m.transform(f.Value) * k; x != 0 && x == x {
-				items[n].slot, items[n].x = int(f.Hash&mask), x
-				n++
-			}
+	for _, f := range feats {
+		if !skipValue(f.Value) {
+			items[n].slot, items[n].x = uint32(f.Hash&m.mask), f.Value
+			n++
 		}
 	}
 	items = items[:n]
+	if !m.adaptive {
+		return items
+	}
 	d := &l.delta
 	state := m.state
 	for i := range items {
 		it := &items[i]
-		it.idx = d.find(it.slot)
-		if !m.adaptive {
-			continue
-		}
+		slot := int(it.slot)
 		ax := math.Abs(it.x)
-		if inv := math.Float64frombits(atomic.LoadUint64(&state[it.slot*stride+offInv])); inv == 0 || ax*inv > 1 {
-			if r := m.growScale(it.slot, ax); r != 1 && it.idx >= 0 {
-				d.entries[it.idx].da *= r
+		if inv := math.Float64frombits(atomic.LoadUint64(&state[slot*stride+offInv])); inv == 0 || ax*inv > 1 {
+			if r := m.growScale(slot, ax); r != 1 {
+				if idx := d.find(slot); idx >= 0 {
+					d.entries[idx].da *= r
+				}
 			}
 		}
 	}
 	return items
 }
 
-// marginFTRL computes the margin with FTRL weights, and stores in each item
-// its weight, sqrt(n) and its input in normalized units.
+// skipValue reports whether an input value is skipped: 0 or NaN. It is
+// one integer comparison: |v|'s bits minus 1 wrap around for ±0, and the
+// bits of a NaN are above those of +Inf.
+func skipValue(v float64) bool {
+	return math.Float64bits(v)&^(1<<63)-1 >= 0x7ff0000000000000
+}
+
+// marginFTRL computes the margin with FTRL weights. It stores in each
+// item its delta entry (added if missing), weight and sqrt(n), and scales
+// its input to normalized units.
 func (l *Learner) marginFTRL(items []item) float64 {
 	m := l.m
-	state, entries := m.state, l.delta.entries
+	d := &l.delta
+	state, entries := m.state, d.entries
+	dmask, shift := uint64(len(entries)-1), d.shift&63
 	adaptive, invAlpha, beta, l1, l2 := m.adaptive, m.invAlpha, m.beta, m.l1, m.l2
 	var margin float64
 	for i := range items {
 		it := &items[i]
-		st := state[it.slot*stride : it.slot*stride+stride]
+		slot := uint64(it.slot)
+		st := state[slot*stride : slot*stride+stride : slot*stride+stride]
 		a := math.Float64frombits(atomic.LoadUint64(&st[offA]))
 		b := math.Float64frombits(atomic.LoadUint64(&st[offB]))
-		if it.idx >= 0 {
-			e := &entries[it.idx]
-			a += e.da
-			b += e.db
-		}
 		if adaptive {
 			it.x *= math.Float64frombits(atomic.LoadUint64(&st[offInv]))
 		}
-		it.sqrtN = math.Sqrt(b)
-		var w float64
-		if l1 == 0 {
-			w = -a / ((beta+it.sqrtN)*invAlpha + l2)
-		} else if math.Abs(a) > l1 {
-			w = -(a - math.Copysign(l1, a)) / ((beta+it.sqrtN)*invAlpha + l2)
-		}
-		it.w = w
+		h := d.lookup(slot, entries, dmask, shift)
+		e := &entries[h]
+		a += e.da
+		sqrtN := math.Sqrt(b + e.db)
+		w := ftrlWeight(a, sqrtN, invAlpha, beta, l1, l2)
+		it.idx, it.w, it.sqrtN = uint32(h), w, sqrtN
 		margin += w * it.x
 	}
 	return margin
 }
 
-// marginW computes the margin for optimizers that store w (AdaGrad, SGD),
-// and stores in each item its weight, the state word B and its input in
-// normalized units.
+// ftrlWeight is the FTRL-Proximal weight for z = a and sqrt(n) = sqrtN.
+func ftrlWeight(a, sqrtN, invAlpha, beta, l1, l2 float64) float64 {
+	if l1 == 0 {
+		return -a / ((beta+sqrtN)*invAlpha + l2)
+	}
+	if math.Abs(a) > l1 {
+		return -(a - math.Copysign(l1, a)) / ((beta+sqrtN)*invAlpha + l2)
+	}
+	return 0
+}
+
+// marginW computes the margin for optimizers that store w (AdaGrad, SGD).
+// It stores in each item its delta entry (added if missing), weight and
+// state word B, and scales its input to normalized units.
 func (l *Learner) marginW(items []item) float64 {
 	m := l.m
-	state, entries, adaptive := m.state, l.delta.entries, m.adaptive
+	d := &l.delta
+	state, entries := m.state, d.entries
+	dmask, shift := uint64(len(entries)-1), d.shift&63
+	adaptive := m.adaptive
 	var margin float64
 	for i := range items {
 		it := &items[i]
-		st := state[it.slot*stride : it.slot*stride+stride]
-		it.w = math.Float64frombits(atomic.LoadUint64(&st[offA]))
-		it.sqrtN = math.Float64frombits(atomic.LoadUint64(&st[offB]))
-		if it.idx >= 0 {
-			e := &entries[it.idx]
-			it.w += e.da
-			it.sqrtN += e.db
-		}
+		slot := uint64(it.slot)
+		st := state[slot*stride : slot*stride+stride : slot*stride+stride]
+		w := math.Float64frombits(atomic.LoadUint64(&st[offA]))
+		b := math.Float64frombits(atomic.LoadUint64(&st[offB]))
 		if adaptive {
 			it.x *= math.Float64frombits(atomic.LoadUint64(&st[offInv]))
 		}
-		margin += it.w * it.x
+		h := d.lookup(slot, entries, dmask, shift)
+		e := &entries[h]
+		w += e.da
+		it.idx, it.w, it.sqrtN = uint32(h), w, b+e.db
+		margin += w * it.x
 	}
 	return margin
 }
@@ -198,19 +291,10 @@ func clipGrad(gi, c float64) float64 {
 	return gi
 }
 
-// entry returns the local delta entry of an item, adding it if needed.
-func (l *Learner) entry(it *item) *deltaEntry {
-	if it.idx < 0 {
-		// Not found before the update; an earlier item of this event may
-		// have added it since (a duplicate slot), so insert looks again.
-		it.idx = l.delta.insert(it.slot)
-	}
-	return &l.delta.entries[it.idx]
-}
-
 func (l *Learner) updateFTRL(items []item, g float64) {
 	m := l.m
 	invAlpha, clip := m.invAlpha, m.clip
+	entries := l.delta.entries
 	for i := range items {
 		it := &items[i]
 		gi := clipGrad(g*it.x, clip)
@@ -219,7 +303,7 @@ func (l *Learner) updateFTRL(items []item, g float64) {
 		}
 		g2 := gi * gi
 		sigma := (math.Sqrt(it.sqrtN*it.sqrtN+g2) - it.sqrtN) * invAlpha
-		e := l.entry(it)
+		e := &entries[it.idx]
 		e.da += gi - sigma*it.w
 		e.db += g2
 	}
@@ -228,6 +312,7 @@ func (l *Learner) updateFTRL(items []item, g float64) {
 func (l *Learner) updateAdaGrad(items []item, g float64) {
 	m := l.m
 	alpha, clip, l1, l2 := m.alpha, m.clip, m.l1, m.l2
+	entries := l.delta.entries
 	for i := range items {
 		it := &items[i]
 		gi := clipGrad(g*it.x+l2*it.w, clip)
@@ -236,7 +321,7 @@ func (l *Learner) updateAdaGrad(items []item, g float64) {
 		}
 		g2 := gi * gi
 		rate := alpha / math.Sqrt(it.sqrtN+g2)
-		e := l.entry(it)
+		e := &entries[it.idx]
 		e.da += shrink(it.w-rate*gi, rate*l1) - it.w
 		e.db += g2
 	}
@@ -245,13 +330,14 @@ func (l *Learner) updateAdaGrad(items []item, g float64) {
 func (l *Learner) updateSGD(items []item, g, eta float64) {
 	m := l.m
 	clip, l1, l2 := m.clip, m.l1, m.l2
+	entries := l.delta.entries
 	for i := range items {
 		it := &items[i]
 		gi := clipGrad(g*it.x+l2*it.w, clip)
 		if gi == 0 {
 			continue
 		}
-		e := l.entry(it)
+		e := &entries[it.idx]
 		e.da += shrink(it.w-eta*gi, eta*l1) - it.w
 	}
 }
