@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/mlstream/mlstream/api"
+	"github.com/mlstream/mlstream/ft"
 	"github.com/mlstream/mlstream/internal/gen"
 	"github.com/mlstream/mlstream/learners"
 	"github.com/mlstream/mlstream/runtime"
@@ -46,8 +47,13 @@ func main() {
 	quick := flag.Bool("quick", false, "smaller inputs, fewer repetitions")
 	jsonOut := flag.String("json", "", "also write the results to this JSON file")
 	reps := flag.Int("reps", 5, "repetitions per measurement; the median is reported")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the ingest runs to this file")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	sections := flag.String("sections", "core,ft,crash", "which tables: core (learning, ingest), ft (fault-tolerance modes and the Θ×L sweep), crash (kill -9 of the real binary)")
 	flag.Parse()
+	want := map[string]bool{}
+	for _, s := range strings.Split(*sections, ",") {
+		want[strings.TrimSpace(s)] = true
+	}
 	n := 1_000_000
 	if *quick {
 		n, *reps = 200_000, 3
@@ -56,40 +62,34 @@ func main() {
 	fmt.Printf("# mlstream benchmarks\n\n%s, %s, %d CPUs, GOMAXPROCS %d, host %s; median of %d runs each.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), goruntime.Version(), goruntime.NumCPU(), goruntime.GOMAXPROCS(0), host, *reps)
 
-	var results []result
-	learn := median(*reps, func() float64 { return learnRate(n, 4096, 4000) })
-	results = append(results, result{Name: "learn (in process, one core, 20 features/event, 4k-word vocabulary, ftrl)", Value: learn, Unit: "events/s", Target: ">= 2,000,000"})
-	wide := median(*reps, func() float64 { return learnRate(n, 100_000, 100_000) })
-	results = append(results, result{Name: "learn, same with a 100k-word vocabulary and 100k distinct events", Value: wide, Unit: "events/s", Note: "cache misses"})
-
-	body, events := ndjson(n / 2)
-	std := median(*reps, func() float64 { return stdParseRate(body, events) })
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
 			panic(err)
 		}
 		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
 	}
-	// Parse and ingest alternate, and each pair gives a ratio: the machine
-	// is shared, so a ratio within one pair is what compares.
-	var parses, ingests, ratios []float64
-	for range *reps {
-		p := parseRate(body, events)
-		i := ingestRate(body, events)
-		parses, ingests, ratios = append(parses, p), append(ingests, i), append(ratios, i/p)
+	var results []result
+	body, events := ndjson(n / 2)
+	if want["core"] {
+		results = coreTables(n, *reps, body, events)
 	}
-	pprof.StopCPUProfile()
-	parse, ingest, ratio := mid(parses), mid(ingests), mid(ratios)
-	results = append(results, result{Name: "parse NDJSON with fastjson (one core)", Value: parse, Unit: "events/s", Note: fmt.Sprintf("%.0f MB/s, %d B/event", parse*float64(len(body))/float64(events)/1e6, len(body)/events)})
-	results = append(results, result{Name: "parse NDJSON with encoding/json into a map (one core)", Value: std, Unit: "events/s", Note: "for reference"})
-	results = append(results, result{Name: "HTTP NDJSON ingest -> logreg (2 partitions, loopback, client in process)", Value: ingest, Unit: "events/s",
-		Note: fmt.Sprintf("%.0f%% of the fastjson parse rate (median of per-pair ratios)", 100*ratio), Target: ">= 50% of parse"})
-
-	fmt.Println("| measurement | value | note | target |")
-	fmt.Println("| --- | ---: | --- | --- |")
-	for _, r := range results {
-		fmt.Printf("| %s | %s %s | %s | %s |\n", r.Name, humanize(r.Value), r.Unit, r.Note, r.Target)
+	if want["ft"] {
+		table5(body, events, *reps)
+		quarter, k := body, 0
+		for i := range body {
+			if body[i] == '\n' {
+				if k++; k == events/4 {
+					quarter = body[:i+1]
+					break
+				}
+			}
+		}
+		sweep(quarter, k)
+	}
+	if want["crash"] {
+		crashes(*quick)
 	}
 	if *jsonOut != "" {
 		data, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC(), "cpus": goruntime.NumCPU(), "results": results}, "", "  ")
@@ -194,15 +194,46 @@ func stdParseRate(body []byte, events int) float64 {
 
 // ingestRate posts body in requests of 1,000 events from two client
 // goroutines to a real server on loopback, and times until the job has
-// processed every event.
+// processed every event. No fault tolerance: see ftIngest.
 func ingestRate(body []byte, events int) float64 {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e := runtime.NewEngine(runtime.Config{Partitions: 2, Logger: quiet})
+	spec := runtime.Spec{Name: "bench", Kind: "logreg", Input: "s", Params: map[string]any{"hash_bits": 18}}
+	rate, _ := ingest(body, events, spec, "")
+	return rate
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// ingest runs one ingest measurement of spec; with dataDir the engine has
+// a backup store there. It returns the rate and the job's final status.
+func ingest(body []byte, events int, spec runtime.Spec, dataDir string) (float64, runtime.JobStatus) {
+	e, rate := ingestEngine(body, events, spec, dataDir)
 	defer e.Close(context.Background())
-	if _, err := e.PutJob(runtime.Spec{Name: "bench", Kind: "logreg", Input: "s", Params: map[string]any{"hash_bits": 18}}); err != nil {
+	j, _ := e.Job(spec.Name)
+	return rate, j.Status(false)
+}
+
+// newBenchEngine is an engine of 2 partitions per job; with dataDir, it
+// has a backup store there.
+func newBenchEngine(dataDir string) *runtime.Engine {
+	cfg := runtime.Config{Partitions: 2, Logger: quiet, DataDir: dataDir}
+	if dataDir != "" {
+		store, err := ft.NewDirStore(dataDir)
+		if err != nil {
+			panic(err)
+		}
+		cfg.Store = store
+	}
+	return runtime.NewEngine(cfg)
+}
+
+// ingestEngine measures ingest of body into a new job of spec, and
+// returns the engine, still running, with the rate.
+func ingestEngine(body []byte, events int, spec runtime.Spec, dataDir string) (*runtime.Engine, float64) {
+	e := newBenchEngine(dataDir)
+	if _, err := e.PutJob(spec); err != nil {
 		panic(err)
 	}
-	job, _ := e.Job("bench")
+	job, _ := e.Job(spec.Name)
 	srv := api.New(api.Config{Engine: e, Logger: quiet})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -261,5 +292,36 @@ func ingestRate(body []byte, events int) float64 {
 	for job.Status(false).Processed < uint64(events) {
 		time.Sleep(time.Millisecond)
 	}
-	return float64(events) / time.Since(start).Seconds()
+	return e, float64(events) / time.Since(start).Seconds()
+}
+
+// coreTables measures learning, parsing and HTTP ingest, and prints them.
+func coreTables(n, reps int, body []byte, events int) []result {
+	var results []result
+	learn := median(reps, func() float64 { return learnRate(n, 4096, 4000) })
+	results = append(results, result{Name: "learn (in process, one core, 20 features/event, 4k-word vocabulary, ftrl)", Value: learn, Unit: "events/s", Target: ">= 2,000,000"})
+	wide := median(reps, func() float64 { return learnRate(n, 100_000, 100_000) })
+	results = append(results, result{Name: "learn, same with a 100k-word vocabulary and 100k distinct events", Value: wide, Unit: "events/s", Note: "cache misses"})
+
+	std := median(reps, func() float64 { return stdParseRate(body, events) })
+	// Parse and ingest alternate, and each pair gives a ratio: the machine
+	// is shared, so a ratio within one pair is what compares.
+	var parses, ingests, ratios []float64
+	for range reps {
+		p := parseRate(body, events)
+		i := ingestRate(body, events)
+		parses, ingests, ratios = append(parses, p), append(ingests, i), append(ratios, i/p)
+	}
+	parse, ingest, ratio := mid(parses), mid(ingests), mid(ratios)
+	results = append(results, result{Name: "parse NDJSON with fastjson (one core)", Value: parse, Unit: "events/s", Note: fmt.Sprintf("%.0f MB/s, %d B/event", parse*float64(len(body))/float64(events)/1e6, len(body)/events)})
+	results = append(results, result{Name: "parse NDJSON with encoding/json into a map (one core)", Value: std, Unit: "events/s", Note: "for reference"})
+	results = append(results, result{Name: "HTTP NDJSON ingest -> logreg (2 partitions, loopback, client in process)", Value: ingest, Unit: "events/s",
+		Note: fmt.Sprintf("%.0f%% of the fastjson parse rate (median of per-pair ratios)", 100*ratio), Target: ">= 50% of parse"})
+
+	fmt.Println("| measurement | value | note | target |")
+	fmt.Println("| --- | ---: | --- | --- |")
+	for _, r := range results {
+		fmt.Printf("| %s | %s %s | %s | %s |\n", r.Name, humanize(r.Value), r.Unit, r.Note, r.Target)
+	}
+	return results
 }

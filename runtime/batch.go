@@ -122,6 +122,7 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 				return 0, fmt.Errorf("%w: %d events for partition %d of job %q, whose queue holds %d; send smaller requests",
 					ErrTooLarge, len(recs), i, jb.job.spec.Name, q.capacity)
 			}
+			q.waitPending(ctx, len(recs))
 			if err := q.reserve(ctx, len(recs)); err != nil {
 				release()
 				b.e.metrics.refused(b.stream, "busy", b.events)

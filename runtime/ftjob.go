@@ -55,6 +55,7 @@ type jobFT struct {
 	sinceBackup int64          // events folded into the state since its last backup
 	atRisk      int64          // of those, the ones not in the item log
 	deltas      int            // delta backups since the last full one
+	closing     bool           // the last backup, at a graceful shutdown
 	windowEnd   int64          // processed count at which the thresholds reset
 
 	backups    chan backupReq
@@ -70,10 +71,11 @@ type jobFT struct {
 // partFT is a partition's share: its item log and the high-water mark of
 // the sequence numbers it has handed out.
 type partFT struct {
-	mode string
-	log  *ft.ItemLog
-	mark *os.File
-	l    atomic.Int64 // current threshold l
+	mode   string
+	log    *ft.ItemLog
+	mark   *os.File
+	l      atomic.Int64 // current threshold l
+	logged atomic.Int64 // events written to the item log, ever
 
 	// Guarded by the partition queue's mutex.
 	unlogged int
@@ -196,6 +198,7 @@ func (p *partFT) logRecords(recs []Record) error {
 			return err
 		}
 	}
+	p.logged.Add(int64(len(recs)))
 	return nil
 }
 
@@ -260,7 +263,10 @@ func (f *jobFT) backup(full bool, div float64) {
 	} else {
 		f.deltas++
 	}
-	meta := ft.BackupMeta{Full: full, Failures: f.stateCtl.Failures(), LastSeqs: f.op.stateSeqs(), Divergence: div, Created: time.Now()}
+	meta := ft.BackupMeta{Full: full, Failures: f.stateCtl.Failures(), LastSeqs: f.op.stateSeqs(), Divergence: div, Created: time.Now(),
+		// Approx survives process crashes without fsync (the operating
+		// system keeps what was written); exact promises more.
+		Durable: f.spec.Mode == ft.ModeExact || f.closing}
 	f.sinceBackup, f.atRisk = 0, 0
 	f.mu.Unlock()
 	var buf bytes.Buffer
@@ -319,12 +325,15 @@ func (f *jobFT) cleanMarker() string { return filepath.Join(f.dir, "clean") }
 // exact), waits for the writer, and marks the shutdown clean.
 func (f *jobFT) close() {
 	if f.spec.Mode != ft.ModeNone {
+		f.mu.Lock()
+		f.closing = true
+		f.mu.Unlock()
 		f.backup(true, f.op.StateDivergence())
 	}
 	close(f.backups)
 	<-f.backupDone
 	for _, p := range f.parts {
-		_ = p.log.Flush()
+		_ = p.log.Commit()
 	}
 	if f.spec.Mode != ft.ModeNone && f.stats.errors.Load() == 0 {
 		if err := os.WriteFile(f.cleanMarker(), nil, 0o644); err != nil {
@@ -404,6 +413,8 @@ type PartitionFT struct {
 	// Unacked events are learned and not yet merged downstream.
 	Unacked      int64 `json:"unacked"`
 	ItemLogBytes int64 `json:"item_log_bytes"`
+	// Logged counts the events written to the item log since start.
+	Logged int64 `json:"logged"`
 }
 
 // unackedCounter is implemented by kinds that report γ's count.
@@ -434,7 +445,7 @@ func (f *jobFT) status(j *Job) *FTStatus {
 		q.mu.Lock()
 		pe := int64(p.unlogged)
 		q.mu.Unlock()
-		pf := PartitionFT{Partition: i, Pending: pe, ItemLogBytes: p.log.Bytes()}
+		pf := PartitionFT{Partition: i, Pending: pe, ItemLogBytes: p.log.Bytes(), Logged: p.logged.Load()}
 		if uc != nil {
 			pf.Unacked = uc.unacked(i)
 		}

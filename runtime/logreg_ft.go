@@ -50,16 +50,22 @@ func (j *logregJob) recovered(seqs []uint64) {
 	}
 }
 
-// BackupState writes: partition count (uint32), then per partition its
+// BackupState writes: a partition count (uint32), then per partition its
 // progressive metrics (uint32 length + bytes), then the model snapshot:
-// full, or the slots changed since the last backup.
+// full, or the slots changed since the last backup. Deltas carry no
+// metrics (count 0): they are a few hundred kilobytes that do not bound
+// any error, and the next full backup brings them up to date.
 func (j *logregJob) BackupState(w io.Writer, full bool) error {
 	var hdr [4]byte
-	binary.LittleEndian.PutUint32(hdr[:], uint32(len(j.parts)))
+	n := len(j.parts)
+	if !full {
+		n = 0
+	}
+	binary.LittleEndian.PutUint32(hdr[:], uint32(n))
 	if _, err := w.Write(hdr[:]); err != nil {
 		return err
 	}
-	for _, p := range j.parts {
+	for _, p := range j.parts[:n] {
 		p.pub.Lock()
 		data, err := p.pub.snap.MarshalBinary()
 		p.pub.Unlock()
@@ -78,7 +84,9 @@ func (j *logregJob) BackupState(w io.Writer, full bool) error {
 		if _, err := j.model.WriteTo(w); err != nil {
 			return err
 		}
-		j.merge.tracker.Reset()
+		// Slots not merged into since the last backup still have the
+		// weight recorded then: restarting from the dirty ones is enough.
+		j.merge.tracker.BackedUp()
 		return nil
 	}
 	_, err := j.model.WriteDelta(w, j.merge.tracker.BackedUp())
@@ -91,11 +99,12 @@ func (j *logregJob) RecoverState(r io.Reader) error {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return fmt.Errorf("logreg state: %w", err)
 	}
-	if n := int(binary.LittleEndian.Uint32(hdr[:])); n != len(j.parts) {
+	n := int(binary.LittleEndian.Uint32(hdr[:]))
+	if n != 0 && n != len(j.parts) {
 		return fmt.Errorf("logreg state: %d partitions, the job has %d", n, len(j.parts))
 	}
-	progs := make([]*learners.Progressive, len(j.parts))
-	for i := range j.parts {
+	progs := make([]*learners.Progressive, n)
+	for i := range progs {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			return fmt.Errorf("logreg state: %w", err)
 		}
@@ -115,7 +124,7 @@ func (j *logregJob) RecoverState(r io.Reader) error {
 	if _, err := j.model.ReadFrom(r); err != nil {
 		return err
 	}
-	for i, p := range j.parts {
+	for i, p := range j.parts[:n] {
 		p.prog = progs[i]
 		p.pub.Lock()
 		p.pub.snap = progs[i].Clone()

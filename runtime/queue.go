@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mlstream/mlstream/ft"
 	"golang.org/x/sync/semaphore"
 )
 
@@ -38,6 +39,37 @@ type queue struct {
 		batches []batch // guarded; appended by Commit, swapped out by take
 		nextSeq uint64  // next sequence number to assign
 		closed  bool
+		taken   chan struct{} // closed by the next take, for waitPending
+	}
+}
+
+// waitPending holds a sender back, until ctx ends, while n more events
+// would make more than l pending without an item backup (mode approx).
+// A sender that waited in vain goes on, and its push logs the pending
+// events: AF-Stream's rule. Holding back first keeps item backups for
+// real overload, where the paper has them, instead of every time a deep
+// queue forms.
+func (q *queue) waitPending(ctx context.Context, n int) {
+	if q.ft == nil || q.ft.mode != ft.ModeApprox {
+		return
+	}
+	for {
+		q.mu.Lock()
+		l := q.ft.l.Load()
+		if int64(n) > l || int64(q.ft.unlogged+n) <= l || q.mu.closed {
+			q.mu.Unlock()
+			return
+		}
+		if q.mu.taken == nil {
+			q.mu.taken = make(chan struct{})
+		}
+		ch := q.mu.taken
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -94,6 +126,10 @@ func (q *queue) take(buf []batch) (out []batch, closed bool) {
 		for i := range out {
 			q.ft.taken(&out[i])
 		}
+	}
+	if q.mu.taken != nil && len(out) > 0 {
+		close(q.mu.taken)
+		q.mu.taken = nil
 	}
 	q.mu.Unlock()
 	return out, closed
