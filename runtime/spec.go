@@ -42,10 +42,10 @@ type FTSpec struct {
 	// Euclidean distance of the weights; default 1).
 	MaxDivergence float64 `json:"max_divergence,omitempty"`
 	// MaxPending is L, events at risk in queues and in state since its
-	// last backup (default 10,000).
+	// last backup (default 1,000, as in AF-Stream's experiments).
 	MaxPending int `json:"max_pending,omitempty"`
 	// MaxUnacked is Γ, events sent downstream and not acknowledged (logreg:
-	// learned by a partition and not yet merged; default 10,000).
+	// learned by a partition and not yet merged; default 1,000).
 	MaxUnacked int `json:"max_unacked,omitempty"`
 	// CompactEvery is how many delta backups may follow a full one before
 	// the next backup is full again (default 16).
@@ -66,10 +66,10 @@ func (f *FTSpec) validate(kind string) error {
 		f.MaxDivergence = defaultDivergence[kind]
 	}
 	if f.MaxPending == 0 {
-		f.MaxPending = 10_000
+		f.MaxPending = 1000
 	}
 	if f.MaxUnacked == 0 {
-		f.MaxUnacked = 10_000
+		f.MaxUnacked = 1000
 	}
 	if f.CompactEvery == 0 {
 		f.CompactEvery = 16

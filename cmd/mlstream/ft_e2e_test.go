@@ -276,7 +276,7 @@ func TestGracefulShutdownLosesNothingInAnyMode(t *testing.T) {
 // and the service starts.
 func TestDamagedBackupsAreSurvived(t *testing.T) {
 	dir := t.TempDir()
-	cfg := ftConfig(t, `{"mode":"approx","max_divergence":0.5,"compact_every":2}`)
+	cfg := ftConfig(t, `{"mode":"approx","max_divergence":0.5,"max_pending":20000,"compact_every":2}`)
 	p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
 	postGen(t, p.url(), gen.New(gen.Config{Seed: 24}), 20000, 1000)
 	kill9(t, p)
