@@ -102,13 +102,15 @@ func (l *Learner) Learn(feats []Feature, label bool) float64 {
 	return p
 }
 
-// scan fills the scratch buffer with the slot and value of the event's
-// active coordinates (bias first). It returns ok = false, with the buffer
-// in an unspecified state, if a coordinate's adaptive scale must grow. It
-// also loads a word of each coordinate's global slot and of its delta
-// entry's home, so that the cache misses of the margin pass happen here,
+// scan fills the scratch buffer with the event's active coordinates (bias
+// first): slot, input in the optimizer's units (x/s if adaptive) and, if
+// the slot's delta entry is in its home position, its index (else
+// noEntry). It returns ok = false, with the buffer in an unspecified state,
+// if a coordinate's adaptive scale must grow. Its loads of each
+// coordinate's global slot and delta home take the event's cache misses
 // many at a time: this loop is short, its iterations are independent, and
-// the out-of-order core runs several of them ahead.
+// the out-of-order core runs several of them ahead. (An entry, once added,
+// keeps its key until the next Sync, so a home found here stays valid.)
 func (l *Learner) scan(feats []Feature) (items []item, ok bool) {
 	m := l.m
 	feats = l.normalized(feats)
@@ -116,13 +118,13 @@ func (l *Learner) scan(feats []Feature) (items []item, ok bool) {
 	state, entries, shift := m.state, l.delta.entries, l.delta.shift&63
 	mask := m.mask
 	bias := uint64(m.bias)
-	items[0].slot, items[0].x = uint32(bias), 1
 	n := 1
-	var touch uint64
 	if m.adaptive {
-		if inv := math.Float64frombits(atomic.LoadUint64(&state[bias*stride+offInv])); inv == 0 || inv > 1 {
+		inv := math.Float64frombits(atomic.LoadUint64(&state[bias*stride+offInv]))
+		if inv == 0 || inv > 1 {
 			return items, false
 		}
+		items[0].slot, items[0].idx, items[0].x = uint32(bias), homeIndex(entries, bias, shift), inv
 		for _, f := range feats {
 			if skipValue(f.Value) {
 				continue
@@ -132,26 +134,39 @@ func (l *Learner) scan(feats []Feature) (items []item, ok bool) {
 			if inv == 0 || math.Abs(f.Value)*inv > 1 {
 				return items, false
 			}
-			touch += entries[slot*hashMul>>shift].key
 			it := &items[n]
-			it.slot, it.x = uint32(slot), f.Value
+			it.slot, it.idx, it.x = uint32(slot), homeIndex(entries, slot, shift), f.Value*inv
 			n++
 		}
 	} else {
+		var touch uint64
+		items[0].slot, items[0].idx, items[0].x = uint32(bias), homeIndex(entries, bias, shift), 1
 		for _, f := range feats {
 			if skipValue(f.Value) {
 				continue
 			}
 			slot := f.Hash & mask
 			touch += atomic.LoadUint64(&state[slot*stride+offA])
-			touch += entries[slot*hashMul>>shift].key
 			it := &items[n]
-			it.slot, it.x = uint32(slot), f.Value
+			it.slot, it.idx, it.x = uint32(slot), homeIndex(entries, slot, shift), f.Value
 			n++
 		}
+		l.touch = touch // keeps the loads
 	}
-	l.touch = touch // keeps the loads
 	return items[:n], true
+}
+
+// noEntry marks an item whose delta entry is not known yet.
+const noEntry = ^uint32(0)
+
+// homeIndex returns the index of slot's delta entry if it is at its home
+// position, else noEntry.
+func homeIndex(entries []deltaEntry, slot uint64, shift uint) uint32 {
+	h := slot * hashMul >> shift
+	if entries[h].key == slot+1 {
+		return uint32(h)
+	}
+	return noEntry
 }
 
 // normalized returns feats, or with per-event normalization a copy in a
@@ -178,11 +193,11 @@ func (l *Learner) collect(feats []Feature) []item {
 	m := l.m
 	feats = l.normalized(feats)
 	items := l.items[:len(feats)+1]
-	items[0].slot, items[0].x = uint32(m.bias), 1
+	items[0].slot, items[0].idx, items[0].x = uint32(m.bias), noEntry, 1
 	n := 1
 	for _, f := range feats {
 		if !skipValue(f.Value) {
-			items[n].slot, items[n].x = uint32(f.Hash&m.mask), f.Value
+			items[n].slot, items[n].idx, items[n].x = uint32(f.Hash&m.mask), noEntry, f.Value
 			n++
 		}
 	}
@@ -204,6 +219,10 @@ func (l *Learner) collect(feats []Feature) []item {
 			}
 		}
 	}
+	for i := range items {
+		it := &items[i]
+		it.x *= math.Float64frombits(atomic.LoadUint64(&state[int(it.slot)*stride+offInv]))
+	}
 	return items
 }
 
@@ -215,14 +234,13 @@ func skipValue(v float64) bool {
 }
 
 // marginFTRL computes the margin with FTRL weights. It stores in each
-// item its delta entry (added if missing), weight and sqrt(n), and scales
-// its input to normalized units.
+// item its delta entry (added if missing), weight and sqrt(n).
 func (l *Learner) marginFTRL(items []item) float64 {
 	m := l.m
 	d := &l.delta
 	state, entries := m.state, d.entries
 	dmask, shift := uint64(len(entries)-1), d.shift&63
-	adaptive, invAlpha, beta, l1, l2 := m.adaptive, m.invAlpha, m.beta, m.l1, m.l2
+	invAlpha, beta, l1, l2 := m.invAlpha, m.beta, m.l1, m.l2
 	var margin float64
 	for i := range items {
 		it := &items[i]
@@ -230,10 +248,10 @@ func (l *Learner) marginFTRL(items []item) float64 {
 		st := state[slot*stride : slot*stride+stride : slot*stride+stride]
 		a := math.Float64frombits(atomic.LoadUint64(&st[offA]))
 		b := math.Float64frombits(atomic.LoadUint64(&st[offB]))
-		if adaptive {
-			it.x *= math.Float64frombits(atomic.LoadUint64(&st[offInv]))
+		h := uint64(it.idx)
+		if it.idx == noEntry {
+			h = d.lookup(slot, entries, dmask, shift)
 		}
-		h := d.lookup(slot, entries, dmask, shift)
 		e := &entries[h]
 		a += e.da
 		sqrtN := math.Sqrt(b + e.db)
@@ -257,13 +275,12 @@ func ftrlWeight(a, sqrtN, invAlpha, beta, l1, l2 float64) float64 {
 
 // marginW computes the margin for optimizers that store w (AdaGrad, SGD).
 // It stores in each item its delta entry (added if missing), weight and
-// state word B, and scales its input to normalized units.
+// state word B.
 func (l *Learner) marginW(items []item) float64 {
 	m := l.m
 	d := &l.delta
 	state, entries := m.state, d.entries
 	dmask, shift := uint64(len(entries)-1), d.shift&63
-	adaptive := m.adaptive
 	var margin float64
 	for i := range items {
 		it := &items[i]
@@ -271,10 +288,10 @@ func (l *Learner) marginW(items []item) float64 {
 		st := state[slot*stride : slot*stride+stride : slot*stride+stride]
 		w := math.Float64frombits(atomic.LoadUint64(&st[offA]))
 		b := math.Float64frombits(atomic.LoadUint64(&st[offB]))
-		if adaptive {
-			it.x *= math.Float64frombits(atomic.LoadUint64(&st[offInv]))
+		h := uint64(it.idx)
+		if it.idx == noEntry {
+			h = d.lookup(slot, entries, dmask, shift)
 		}
-		h := d.lookup(slot, entries, dmask, shift)
 		e := &entries[h]
 		w += e.da
 		it.idx, it.w, it.sqrtN = uint32(h), w, b+e.db
