@@ -111,6 +111,10 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.e.cfg.IngestWait)
 	defer cancel()
+	// Holding a sender back for the item-log budget gets half the wait:
+	// past it the events are logged, not refused.
+	pendCtx, cancelPend := context.WithTimeout(ctx, b.e.cfg.IngestWait/2)
+	defer cancelPend()
 	for _, jb := range b.jobs {
 		for i, recs := range jb.parts {
 			if len(recs) == 0 {
@@ -122,7 +126,7 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 				return 0, fmt.Errorf("%w: %d events for partition %d of job %q, whose queue holds %d; send smaller requests",
 					ErrTooLarge, len(recs), i, jb.job.spec.Name, q.capacity)
 			}
-			q.waitPending(ctx, len(recs))
+			q.waitPending(pendCtx, len(recs))
 			if err := q.reserve(ctx, len(recs)); err != nil {
 				release()
 				b.e.metrics.refused(b.stream, "busy", b.events)

@@ -145,50 +145,41 @@ func (f *jobFT) gamma() int {
 	return f.partCtl.Thresholds().Gamma
 }
 
-// pushed is called by a partition queue, under its lock, when records get
-// their sequence numbers: in exact mode every record goes to the item log
+// pushed is called by a partition queue, under its lock, when a batch got
+// its sequence numbers: in exact mode every record goes to the item log
 // (the caller commits before replying); in approx mode, once more than l
-// events wait without an item backup, all of them are logged. The
-// high-water mark of handed-out sequence numbers is written either way.
-func (p *partFT) pushed(q *queue, recs []Record, b *batch) error {
+// events are pending (queued or being processed) without an item backup,
+// all of them are logged. The high-water mark of handed-out sequence
+// numbers is written either way.
+func (p *partFT) pushed(q *queue, b *batch) error {
 	switch p.mode {
 	case ft.ModeExact:
-		if err := p.logRecords(recs); err != nil {
+		if err := p.logRecords(b.recs); err != nil {
 			return err
 		}
 		b.logged = true
 	case ft.ModeApprox:
-		p.unlogged += len(recs)
+		p.unlogged += len(b.recs)
 		if int64(p.unlogged) > p.l.Load() {
-			for i := range q.mu.batches {
-				qb := &q.mu.batches[i]
-				if !qb.logged {
-					if err := p.logRecords(qb.recs); err != nil {
-						return err
+			for _, list := range [][]*batch{q.mu.inflight, q.mu.batches, {b}} {
+				for _, qb := range list {
+					if !qb.logged {
+						if err := p.logRecords(qb.recs); err != nil {
+							return err
+						}
+						qb.logged = true
 					}
-					qb.logged = true
 				}
 			}
-			if err := p.logRecords(recs); err != nil {
-				return err
-			}
-			b.logged = true
 			p.unlogged = 0
 			if err := p.log.Flush(); err != nil {
 				return err
 			}
 		}
 	}
-	binary.LittleEndian.PutUint64(p.markBuf[:], recs[len(recs)-1].Seq)
+	binary.LittleEndian.PutUint64(p.markBuf[:], b.recs[len(b.recs)-1].Seq)
 	_, err := p.mark.WriteAt(p.markBuf[:], 0)
 	return err
-}
-
-// taken is called under the queue lock when the partition takes a batch.
-func (p *partFT) taken(b *batch) {
-	if !b.logged {
-		p.unlogged -= len(b.recs)
-	}
 }
 
 func (p *partFT) logRecords(recs []Record) error {

@@ -193,7 +193,7 @@ func (j *Job) stop() {
 // partition swap two slices back and forth: buf is always the one the
 // queue does not hold.
 func (p *partition) run() {
-	var buf []batch
+	var buf []*batch
 	for range p.q.notify {
 		for {
 			batches, closed := p.q.take(buf)
@@ -205,15 +205,14 @@ func (p *partition) run() {
 				}
 				break
 			}
-			for i := range batches {
+			for i, b := range batches {
 				p.job.gate.wait()
-				b := &batches[i]
 				n := len(b.recs)
-				p.op.process(b.recs, b.logged)
+				p.op.process(b.recs, p.q.logged(b))
 				p.processed.Add(uint64(n))
 				p.job.lat.observe(time.Since(b.enqueued), n)
-				p.q.done(n)
-				*b = batch{}
+				p.q.done(b)
+				batches[i] = nil
 			}
 		}
 	}

@@ -21,7 +21,7 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 type batch struct {
 	recs     []Record
 	enqueued time.Time
-	logged   bool // in the item log
+	logged   bool // in the item log; guarded by the queue's mutex
 }
 
 // queue is a partition's bounded input: capacity is counted in events,
@@ -30,18 +30,29 @@ type batch struct {
 type queue struct {
 	capacity int64
 	room     *semaphore.Weighted // free capacity, in events
-	depth    atomic.Int64        // events queued, not yet processed
+	depth    atomic.Int64        // events queued or being processed
 	notify   chan struct{}       // capacity 1: wakes the partition
 	ft       *partFT             // nil without fault tolerance
 
 	mu struct {
 		sync.Mutex
-		batches []batch // guarded; appended by Commit, swapped out by take
-		nextSeq uint64  // next sequence number to assign
-		closed  bool
-		taken   chan struct{} // closed by the next take, for waitPending
+		batches []*batch // queued: appended by push, swapped out by take
+		// inflight are the batches taken and not yet done, oldest first:
+		// still pending for fault tolerance until processed.
+		inflight []*batch
+		nextSeq  uint64 // next sequence number to assign
+		closed   bool
+		done     chan struct{} // closed when a batch is done, for waitPending
 	}
 }
+
+func newQueue(capacity int) *queue {
+	q := &queue{capacity: int64(capacity), room: semaphore.NewWeighted(int64(capacity)), notify: make(chan struct{}, 1)}
+	q.mu.nextSeq = 1
+	return q
+}
+
+var errQueueClosed = errors.New("runtime: queue closed")
 
 // waitPending holds a sender back, until ctx ends, while n more events
 // would make more than l pending without an item backup (mode approx).
@@ -60,10 +71,10 @@ func (q *queue) waitPending(ctx context.Context, n int) {
 			q.mu.Unlock()
 			return
 		}
-		if q.mu.taken == nil {
-			q.mu.taken = make(chan struct{})
+		if q.mu.done == nil {
+			q.mu.done = make(chan struct{})
 		}
-		ch := q.mu.taken
+		ch := q.mu.done
 		q.mu.Unlock()
 		select {
 		case <-ch:
@@ -72,14 +83,6 @@ func (q *queue) waitPending(ctx context.Context, n int) {
 		}
 	}
 }
-
-func newQueue(capacity int) *queue {
-	q := &queue{capacity: int64(capacity), room: semaphore.NewWeighted(int64(capacity)), notify: make(chan struct{}, 1)}
-	q.mu.nextSeq = 1
-	return q
-}
-
-var errQueueClosed = errors.New("runtime: queue closed")
 
 // reserve waits until n events fit, or ctx ends.
 func (q *queue) reserve(ctx context.Context, n int) error {
@@ -100,9 +103,9 @@ func (q *queue) push(recs []Record, now time.Time) error {
 		recs[i].Seq = q.mu.nextSeq
 		q.mu.nextSeq++
 	}
-	b := batch{recs: recs, enqueued: now}
+	b := &batch{recs: recs, enqueued: now}
 	if q.ft != nil {
-		if err := q.ft.pushed(q, recs, &b); err != nil {
+		if err := q.ft.pushed(q, b); err != nil {
 			q.mu.Unlock()
 			return fmt.Errorf("%w: %v", ErrDurability, err)
 		}
@@ -117,26 +120,42 @@ func (q *queue) push(recs []Record, now time.Time) error {
 	return nil
 }
 
-// take swaps out everything queued; closed reports that no more will come.
-func (q *queue) take(buf []batch) (out []batch, closed bool) {
+// take swaps out everything queued; closed reports that no more will
+// come. The batches stay in flight until done.
+func (q *queue) take(buf []*batch) (out []*batch, closed bool) {
 	q.mu.Lock()
 	out, q.mu.batches = q.mu.batches, buf[:0]
 	closed = q.mu.closed
-	if q.ft != nil {
-		for i := range out {
-			q.ft.taken(&out[i])
-		}
-	}
-	if q.mu.taken != nil && len(out) > 0 {
-		close(q.mu.taken)
-		q.mu.taken = nil
-	}
+	q.mu.inflight = append(q.mu.inflight, out...)
 	q.mu.Unlock()
 	return out, closed
 }
 
-// done releases the room of n processed events.
-func (q *queue) done(n int) {
+// logged says whether b is in the item log, as the partition starts it.
+func (q *queue) logged(b *batch) bool {
+	if q.ft == nil {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return b.logged
+}
+
+// done retires the oldest batch in flight, b, once processed, and
+// releases its room.
+func (q *queue) done(b *batch) {
+	n := len(b.recs)
+	q.mu.Lock()
+	q.mu.inflight[0] = nil
+	q.mu.inflight = q.mu.inflight[1:]
+	if q.ft != nil && !b.logged {
+		q.ft.unlogged -= n
+	}
+	if q.mu.done != nil {
+		close(q.mu.done)
+		q.mu.done = nil
+	}
+	q.mu.Unlock()
 	q.depth.Add(-int64(n))
 	q.room.Release(int64(n))
 }
