@@ -90,6 +90,7 @@ func main() {
 	}
 	if want["crash"] {
 		crashes(*quick)
+		restartBig(*quick)
 	}
 	if *jsonOut != "" {
 		data, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC(), "cpus": goruntime.NumCPU(), "results": results}, "", "  ")
