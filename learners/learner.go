@@ -240,7 +240,7 @@ func (l *Learner) marginFTRL(items []item) float64 {
 	d := &l.delta
 	state, entries := m.state, d.entries
 	dmask, shift := uint64(len(entries)-1), d.shift&63
-	invAlpha, beta, l1, l2 := m.invAlpha, m.beta, m.l1, m.l2
+	negInvAlpha, beta, l1, negL2, noL1 := -m.invAlpha, m.beta, m.l1, -m.l2, m.l1 == 0
 	var margin float64
 	for i := range items {
 		it := &items[i]
@@ -255,20 +255,24 @@ func (l *Learner) marginFTRL(items []item) float64 {
 		e := &entries[h]
 		a += e.da
 		sqrtN := math.Sqrt(b + e.db)
-		w := ftrlWeight(a, sqrtN, invAlpha, beta, l1, l2)
+		w := ftrlWeight(a, sqrtN, negInvAlpha, beta, l1, negL2, noL1)
 		it.idx, it.w, it.sqrtN = uint32(h), w, sqrtN
 		margin += w * it.x
 	}
 	return margin
 }
 
-// ftrlWeight is the FTRL-Proximal weight for z = a and sqrt(n) = sqrtN.
-func ftrlWeight(a, sqrtN, invAlpha, beta, l1, l2 float64) float64 {
-	if l1 == 0 {
-		return -a / ((beta+sqrtN)*invAlpha + l2)
+// ftrlWeight is the FTRL-Proximal weight -(z - sign(z)·λ1) / ((β+√n)/α + λ2)
+// (0 if |z| <= λ1) for z = a and √n = sqrtN, given -1/α, β, λ1, -λ2 and
+// noL1 = (λ1 == 0). It divides by the negated denominator instead of
+// negating the quotient: IEEE rounding is symmetric, so the result is the
+// same bit for bit, one negation fewer.
+func ftrlWeight(a, sqrtN, negInvAlpha, beta, l1, negL2 float64, noL1 bool) float64 {
+	if noL1 {
+		return a / ((beta+sqrtN)*negInvAlpha + negL2)
 	}
 	if math.Abs(a) > l1 {
-		return -(a - math.Copysign(l1, a)) / ((beta+sqrtN)*invAlpha + l2)
+		return (a - math.Copysign(l1, a)) / ((beta+sqrtN)*negInvAlpha + negL2)
 	}
 	return 0
 }

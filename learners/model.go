@@ -253,6 +253,9 @@ func (m *Model) predict(feats []Feature, local *deltaMap) float64 {
 		k = m.eventNorm(feats)
 	}
 	margin := m.slotMargin(m.bias, 1, local)
+	if m.opt == optFTRL && m.l1 == 0 && (local == nil || len(local.used) == 0) {
+		return sigmoid(m.marginFTRL(feats, k, margin))
+	}
 	for _, f := range feats {
 		x := f.Value
 		if m.norm != normNone {
@@ -264,6 +267,34 @@ func (m *Model) predict(feats []Feature, local *deltaMap) float64 {
 		margin += m.slotMargin(int(f.Hash&m.mask), x, local)
 	}
 	return sigmoid(margin)
+}
+
+// marginFTRL adds to margin the terms of the features of an event for the
+// global FTRL model without L1: the loop of predict with rawWeight and
+// slotMargin inlined and their branches hoisted, and the same arithmetic in
+// the same order, so the same result bit for bit.
+func (m *Model) marginFTRL(feats []Feature, k, margin float64) float64 {
+	state, mask, norm, adaptive := m.state, m.mask, m.norm, m.adaptive
+	beta, alpha, l2 := m.beta, m.alpha, m.l2
+	for _, f := range feats {
+		x := f.Value
+		if norm != normNone {
+			x = m.transform(x) * k
+		}
+		if skipValue(x) {
+			continue
+		}
+		slot := f.Hash & mask
+		st := state[slot*stride : slot*stride+stride : slot*stride+stride]
+		a := math.Float64frombits(atomic.LoadUint64(&st[offA]))
+		b := math.Float64frombits(atomic.LoadUint64(&st[offB]))
+		w := -a / ((beta+math.Sqrt(b))/alpha + l2)
+		if adaptive {
+			w *= math.Float64frombits(atomic.LoadUint64(&st[offInv]))
+		}
+		margin += w * x
+	}
+	return margin
 }
 
 func (m *Model) slotMargin(slot int, x float64, local *deltaMap) float64 {
