@@ -25,7 +25,7 @@ import (
 
 func ftSpec(mode string, theta float64, l int) runtime.Spec {
 	return runtime.Spec{Name: "bench", Kind: "logreg", Input: "s", Params: map[string]any{"hash_bits": 18},
-		FT: runtime.FTSpec{Mode: mode, MaxDivergence: theta, MaxPending: l, MaxUnacked: 1000}}
+		FT: runtime.FTSpec{Mode: mode, MaxDivergence: theta, MaxPending: l, MaxUnacked: 10_000}}
 }
 
 // table5 measures ingest with each mode, alternating modes within a
@@ -39,7 +39,7 @@ func table5(body []byte, events, reps int) {
 		var none float64
 		for _, m := range modes {
 			dir, _ := os.MkdirTemp("", "mlstream-bench")
-			r, st := ingest(body, events, ftSpec(m, 1, 1000), dir)
+			r, st := ingest(body, events, ftSpec(m, 10, 10000), dir)
 			os.RemoveAll(dir)
 			rates[m] = append(rates[m], r)
 			if m == "none" {
@@ -50,7 +50,7 @@ func table5(body []byte, events, reps int) {
 		}
 	}
 	fmt.Printf("\n## Fault tolerance: AF-Stream Table 5 on logreg\n\n")
-	fmt.Printf("HTTP NDJSON ingest of %d generated events into a 2-partition logreg job, the default bounds Θ = 1, L = Γ = 1,000; median of %d runs, ratios within each run.\n\n", events, reps)
+	fmt.Printf("HTTP NDJSON ingest of %d generated events into a 2-partition logreg job, the default bounds Θ = 10, L = Γ = 10,000; median of %d runs, ratios within each run.\n\n", events, reps)
 	fmt.Println("| mode | events/s | vs none | state backups (full + delta) | backup bytes | events in item log | target |")
 	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
 	targets := map[string]string{"none": "", "approx": ">= 97% of none", "exact": ">= 50% of none"}
@@ -148,7 +148,7 @@ func crashes(quick bool) {
 		held[i] = g.Next()
 	}
 	fmt.Printf("\n## Fault tolerance: accuracy after kill -9 crashes (AF-Stream Figure 8)\n\n")
-	fmt.Printf("The real binary, mode approx with the default bounds (Θ = 1, L = Γ = 1,000), hash_bits 20, 2 partitions; %d training events split evenly between crashes, each crash right after the last 202 of its part; accuracy on 20,000 held-out events. Restart: process start to /readyz 200.\n\n", total)
+	fmt.Printf("The real binary, mode approx with the default bounds (Θ = 10, L = Γ = 10,000), hash_bits 20, 2 partitions; %d training events split evenly between crashes, each crash right after the last 202 of its part; accuracy on 20,000 held-out events. Restart: process start to /readyz 200.\n\n", total)
 	fmt.Println("| crashes | held-out accuracy | vs no crash | events lost (reported) | bound | restart to ready (median) | non-zero weights |")
 	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	var base float64

@@ -15,20 +15,27 @@ import (
 // which slots changed since the backup, for delta backups. Not safe for
 // concurrent use: the runtime serialises merges and backups of one model.
 type Tracker struct {
-	m      *Model
-	backed []float64 // effective weight of each slot at the last backup
-	sumSq  float64
-	dirty  []uint32
-	marked []bool
+	m     *Model
+	slots []trackedSlot
+	sumSq float64
+	dirty []uint32
+}
+
+// trackedSlot keeps one slot's weights together, for one cache line per
+// merged slot. Only merges change an effective weight (a scale change in
+// Learn rescales the state so that the weight stays), so cur is the
+// weight now and the merge need not compute the weight before it.
+type trackedSlot struct {
+	backed float64 // effective weight at the last backup
+	cur    float64 // effective weight after the last merge
+	dirty  bool
 }
 
 // NewTracker starts tracking m from its current state, as if it had just
 // been backed up.
 func NewTracker(m *Model) *Tracker {
-	t := &Tracker{m: m, backed: make([]float64, m.nslots), marked: make([]bool, m.nslots)}
-	for s := range t.backed {
-		t.backed[s] = m.Weight(s)
-	}
+	t := &Tracker{m: m, slots: make([]trackedSlot, m.nslots)}
+	t.Reset()
 	return t
 }
 
@@ -49,14 +56,13 @@ func (l *Learner) SyncTracked(t *Tracker) uint64 {
 		e := &l.delta.entries[i]
 		slot := int(e.key - 1)
 		base := slot * stride
-		before := m.Weight(slot)
 		if e.da != 0 {
 			m.addFloat(base+offA, e.da)
 		}
 		if e.db != 0 {
 			m.addFloat(base+offB, e.db)
 		}
-		t.changed(slot, before, m.Weight(slot))
+		t.changed(slot, m.Weight(slot))
 	}
 	l.delta.reset()
 	m.updates.Add(uint64(l.pending))
@@ -64,11 +70,13 @@ func (l *Learner) SyncTracked(t *Tracker) uint64 {
 	return m.version.Add(1)
 }
 
-func (t *Tracker) changed(slot int, before, after float64) {
-	b := t.backed[slot]
+func (t *Tracker) changed(slot int, after float64) {
+	ts := &t.slots[slot]
+	b, before := ts.backed, ts.cur
 	t.sumSq += (after-b)*(after-b) - (before-b)*(before-b)
-	if !t.marked[slot] {
-		t.marked[slot] = true
+	ts.cur = after
+	if !ts.dirty {
+		ts.dirty = true
 		t.dirty = append(t.dirty, uint32(slot))
 	}
 }
@@ -80,20 +88,20 @@ func (t *Tracker) BackedUp() []uint32 {
 	slices.Sort(t.dirty)
 	out := t.dirty
 	for _, s := range out {
-		t.backed[s] = t.m.Weight(int(s))
-		t.marked[s] = false
+		ts := &t.slots[s]
+		ts.backed, ts.dirty = ts.cur, false
 	}
 	t.dirty = nil
 	t.sumSq = 0
 	return out
 }
 
-// Reset restarts tracking from the current state of every slot, after a
-// full backup or a recovery.
+// Reset restarts tracking from the current state of every slot, after the
+// state was replaced (a recovery).
 func (t *Tracker) Reset() {
-	for s := range t.backed {
-		t.backed[s] = t.m.Weight(s)
-		t.marked[s] = false
+	for s := range t.slots {
+		w := t.m.Weight(s)
+		t.slots[s] = trackedSlot{backed: w, cur: w}
 	}
 	t.dirty = t.dirty[:0]
 	t.sumSq = 0

@@ -39,13 +39,16 @@ type FTSpec struct {
 	// Mode is none, approx (default) or exact.
 	Mode string `json:"mode,omitempty"`
 	// MaxDivergence is Θ, in the kind's unit of state divergence (logreg:
-	// Euclidean distance of the weights; default 1).
+	// Euclidean distance of the weights; default 10, AF-Stream's setting
+	// for its logistic regression).
 	MaxDivergence float64 `json:"max_divergence,omitempty"`
 	// MaxPending is L, events at risk in queues and in state since its
-	// last backup (default 1,000, as in AF-Stream's experiments).
+	// last backup (default 10,000: ingest takes events in requests of
+	// thousands, and a request larger than a partition's share l is
+	// always logged).
 	MaxPending int `json:"max_pending,omitempty"`
 	// MaxUnacked is Γ, events sent downstream and not acknowledged (logreg:
-	// learned by a partition and not yet merged; default 1,000).
+	// learned by a partition and not yet merged; default 10,000).
 	MaxUnacked int `json:"max_unacked,omitempty"`
 	// CompactEvery is how many delta backups may follow a full one before
 	// the next backup is full again (default 16).
@@ -56,7 +59,7 @@ type FTSpec struct {
 }
 
 // defaultDivergence is Θ's default per kind, in the kind's unit.
-var defaultDivergence = map[string]float64{"logreg": 1}
+var defaultDivergence = map[string]float64{"logreg": 10}
 
 func (f *FTSpec) validate(kind string) error {
 	if f.Mode == "" {
@@ -66,10 +69,10 @@ func (f *FTSpec) validate(kind string) error {
 		f.MaxDivergence = defaultDivergence[kind]
 	}
 	if f.MaxPending == 0 {
-		f.MaxPending = 1000
+		f.MaxPending = 10_000
 	}
 	if f.MaxUnacked == 0 {
-		f.MaxUnacked = 1000
+		f.MaxUnacked = 10_000
 	}
 	if f.CompactEvery == 0 {
 		f.CompactEvery = 16
