@@ -318,7 +318,7 @@ func TestDamagedBackupsAreSurvived(t *testing.T) {
 // Thresholds halved by a crash reset when the window ends.
 func TestThresholdsResetAtWindowEnd(t *testing.T) {
 	dir := t.TempDir()
-	cfg := ftConfig(t, `{"mode":"approx","window":3000}`)
+	cfg := ftConfig(t, `{"mode":"approx","max_divergence":1,"window":3000}`)
 	p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
 	g := gen.New(gen.Config{Seed: 26})
 	postGen(t, p.url(), g, 1000, 500)
