@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mlstream/mlstream/api"
@@ -261,6 +262,7 @@ func ingestEngine(body []byte, events int, spec runtime.Spec, dataDir string) (*
 		rest = rest[cut:]
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	cpu0 := cpuTime()
 	work := make(chan []byte, len(chunks))
 	for _, c := range chunks {
 		work <- c
@@ -293,7 +295,22 @@ func ingestEngine(body []byte, events int, spec runtime.Spec, dataDir string) (*
 	for job.Status(false).Processed < uint64(events) {
 		time.Sleep(time.Millisecond)
 	}
+	lastCPUPerEvent = (cpuTime() - cpu0).Seconds() / float64(events)
 	return e, float64(events) / time.Since(start).Seconds()
+}
+
+// lastCPUPerEvent is the process CPU time (user + system, client included)
+// per event of the last ingestEngine run. On a shared machine it is
+// steadier than wall time: other load changes how long a run takes, not
+// how much CPU it needs.
+var lastCPUPerEvent float64
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // coreTables measures learning, parsing and HTTP ingest, and prints them.
