@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,8 +22,8 @@ import (
 // ft.Stateful: what its state contains, per partition.
 type stateful interface {
 	ft.Stateful
-	// stateEvents is, per partition, the sequence number of the last event
-	// folded into the state that a backup would capture.
+	// stateSeqs returns, per partition, the sequence number of the last
+	// event folded into the state that a backup would capture.
 	stateSeqs() []uint64
 	// alpha is the most one event can move the state divergence.
 	alpha() float64
@@ -253,6 +254,9 @@ func (f *jobFT) backup(full bool, div float64) {
 		f.deltas = 0
 	} else {
 		f.deltas++
+	}
+	if math.IsNaN(div) || math.IsInf(div, 0) {
+		div = 0 // metadata only; JSON has no NaN
 	}
 	meta := ft.BackupMeta{Full: full, Failures: f.stateCtl.Failures(), LastSeqs: f.op.stateSeqs(), Divergence: div, Created: time.Now(),
 		// Approx survives process crashes without fsync (the operating
