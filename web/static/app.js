@@ -30,6 +30,7 @@ function onStats(m) {
   $(j.el, ".p99").textContent = fmt(s.latency.p99_ms, 2);
   $(j.el, ".dropped").textContent = int(m.dropped);
   if (s.model) $(j.el, ".version").textContent = int(s.model.version);
+  if (s.ft) onFT(j, s.ft);
   if (s.metrics) {
     $(j.el, ".acc").textContent = fmt(s.metrics.recent.accuracy);
     $(j.el, ".auc").textContent = fmt(s.metrics.recent.auc);
@@ -38,6 +39,26 @@ function onStats(m) {
     draw($(j.el, ".acc-chart"), j.acc);
     draw($(j.el, ".loss-chart"), j.loss);
   }
+}
+
+function onFT(j, f) {
+  $(j.el, ".ft-mode").textContent = "mode " + f.mode;
+  $(j.el, ".ft-div").textContent = fmt(f.divergence, 2) + " / " + fmt(f.state_thresholds.theta, 2);
+  $(j.el, ".ft-risk").textContent = int(f.worst_case.events) + " (max " + int(f.promise.events) + ")";
+  const pending = f.partitions.reduce((a, p) => a + p.pending, 0);
+  $(j.el, ".ft-pending").textContent = int(pending) + " / " + int(f.partition_thresholds.l * f.partitions.length);
+  $(j.el, ".ft-backups").textContent = int(f.backups.full) + " + " + int(f.backups.delta);
+  $(j.el, ".ft-bytes").textContent = int(f.backups.bytes);
+  $(j.el, ".ft-failures").textContent = int(f.failures);
+  if (f.recovery) onRecovery(j, f.recovery);
+}
+
+function onRecovery(j, r) {
+  $(j.el, ".ft-recovery").textContent = r.clean
+    ? "Restarted cleanly at " + new Date(r.at).toLocaleTimeString() + ": nothing lost."
+    : "Recovered at " + new Date(r.at).toLocaleTimeString() + " after failure " + r.failures + ": " + int(r.lost) +
+      " events lost (bound " + int(r.bound.events) + (r.within ? ", held" : ", EXCEEDED") + "), " + int(r.replayed) +
+      " replayed, " + r.backups + " backups applied in " + fmt(r.duration_ms, 0) + " ms.";
 }
 
 function push(series, point) { series.push(point); if (series.length > HISTORY) series.shift(); }
@@ -93,12 +114,13 @@ async function loadJobs() {
 let retry = 500;
 function connect() {
   const conn = document.getElementById("conn");
-  const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/v1/ws?types=stats,prediction");
+  const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/v1/ws?types=stats,prediction,recovery");
   ws.onopen = () => { conn.textContent = "live"; conn.className = "badge on"; retry = 500; loadJobs().catch(() => {}); };
   ws.onmessage = ev => {
     const m = JSON.parse(ev.data);
     if (m.type === "stats") onStats(m);
     else if (m.type === "prediction") onPrediction(m);
+    else if (m.type === "recovery") onRecovery(jobView(m.job), m.recovery);
   };
   ws.onclose = () => {
     conn.textContent = "reconnecting…"; conn.className = "badge off";
