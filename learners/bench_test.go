@@ -106,3 +106,26 @@ func BenchmarkSync(b *testing.B) {
 	}
 	b.ReportMetric(250*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
+
+// BenchmarkPredictOptimizers measures Model.Predict for each optimizer,
+// after learning the benchmark events once.
+func BenchmarkPredictOptimizers(b *testing.B) {
+	feats, labels := benchEvents(benchN)
+	for _, opt := range []string{"ftrl", "adagrad", "sgd"} {
+		b.Run(opt, func(b *testing.B) {
+			m, _ := learners.NewModel(learners.Config{Optimizer: opt})
+			l := m.NewLearner()
+			for i := range feats {
+				l.Learn(feats[i], labels[i])
+			}
+			l.Sync()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				m.Predict(feats[i&(benchN-1)])
+				i++
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}

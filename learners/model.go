@@ -253,8 +253,13 @@ func (m *Model) predict(feats []Feature, local *deltaMap) float64 {
 		k = m.eventNorm(feats)
 	}
 	margin := m.slotMargin(m.bias, 1, local)
-	if m.opt == optFTRL && m.l1 == 0 && (local == nil || len(local.used) == 0) {
-		return sigmoid(m.marginFTRL(feats, k, margin))
+	if local == nil || len(local.used) == 0 {
+		if m.opt != optFTRL {
+			return sigmoid(m.marginW(feats, k, margin))
+		}
+		if m.l1 == 0 {
+			return sigmoid(m.marginFTRL(feats, k, margin))
+		}
 	}
 	for _, f := range feats {
 		x := f.Value
@@ -289,6 +294,28 @@ func (m *Model) marginFTRL(feats []Feature, k, margin float64) float64 {
 		a := math.Float64frombits(atomic.LoadUint64(&st[offA]))
 		b := math.Float64frombits(atomic.LoadUint64(&st[offB]))
 		w := -a / ((beta+math.Sqrt(b))/alpha + l2)
+		if adaptive {
+			w *= math.Float64frombits(atomic.LoadUint64(&st[offInv]))
+		}
+		margin += w * x
+	}
+	return margin
+}
+
+// marginW is marginFTRL for the optimizers that store w (AdaGrad, SGD).
+func (m *Model) marginW(feats []Feature, k, margin float64) float64 {
+	state, mask, norm, adaptive := m.state, m.mask, m.norm, m.adaptive
+	for _, f := range feats {
+		x := f.Value
+		if norm != normNone {
+			x = m.transform(x) * k
+		}
+		if skipValue(x) {
+			continue
+		}
+		slot := f.Hash & mask
+		st := state[slot*stride : slot*stride+stride : slot*stride+stride]
+		w := math.Float64frombits(atomic.LoadUint64(&st[offA]))
 		if adaptive {
 			w *= math.Float64frombits(atomic.LoadUint64(&st[offInv]))
 		}
