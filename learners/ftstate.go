@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 )
 
 // Tracker follows how far the global model has drifted from its last
@@ -54,15 +55,18 @@ func (l *Learner) SyncTracked(t *Tracker) uint64 {
 	}
 	for _, i := range l.delta.used {
 		e := &l.delta.entries[i]
+		if e.da == 0 && e.db == 0 {
+			continue
+		}
 		slot := int(e.key - 1)
 		base := slot * stride
-		if e.da != 0 {
-			m.addFloat(base+offA, e.da)
+		a := m.addFloatNew(base+offA, e.da)
+		b := m.addFloatNew(base+offB, e.db)
+		w := m.rawWeight(a, b)
+		if m.adaptive {
+			w *= m.load(base + offInv)
 		}
-		if e.db != 0 {
-			m.addFloat(base+offB, e.db)
-		}
-		t.changed(slot, m.Weight(slot))
+		t.changed(slot, w)
 	}
 	l.delta.reset()
 	m.updates.Add(uint64(l.pending))
@@ -207,4 +211,16 @@ func (p *Progressive) UnmarshalBinary(data []byte) error {
 	}
 	*p = q
 	return nil
+}
+
+// addFloatNew adds d to a state word and returns the word's new value.
+func (m *Model) addFloatNew(i int, d float64) float64 {
+	p := &m.state[i]
+	for {
+		old := atomic.LoadUint64(p)
+		v := math.Float64frombits(old) + d
+		if d == 0 || atomic.CompareAndSwapUint64(p, old, math.Float64bits(v)) {
+			return v
+		}
+	}
 }
