@@ -18,55 +18,78 @@ import (
 	"github.com/mlstream/mlstream/ft"
 )
 
-// stateful is what a kind implements for fault tolerance, beyond
-// ft.Stateful: what its state contains, per partition.
+// ftKind is what a kind with fault tolerance implements: its units of
+// state. logreg has one, the global model, which holds the events of every
+// partition; a kind whose partitions keep their own state has one unit
+// per partition (AF-Stream's n operator copies, each with Θ/(2n)).
+type ftKind interface {
+	units() []stateful
+	// setFT hands the kind its job's fault-tolerance machinery, before
+	// recovery; unit i of units() is f.units[i].
+	setFT(f *jobFT)
+}
+
+// stateful is one unit of state: ft.Stateful plus what the runtime needs
+// to know of its events.
 type stateful interface {
 	ft.Stateful
-	// stateSeqs returns, per partition, the sequence number of the last
-	// event folded into the state that a backup would capture.
+	// partitions are the partitions whose events the state holds.
+	partitions() []int
+	// stateSeqs returns, for each of partitions(), the sequence number of
+	// the last event folded into the state that a backup would capture.
 	stateSeqs() []uint64
 	// alpha is the most one event can move the state divergence.
 	alpha() float64
 	// recovered is called once the backup chain is applied (or none
-	// was): the state contains the events up to seqs, per partition.
+	// was): the state holds the events up to seqs, per partitions().
 	recovered(seqs []uint64)
-	// setFT hands the operator its job's fault-tolerance machinery.
-	setFT(f *jobFT)
 }
 
 // jobFT is a job's fault-tolerance machinery, after AF-Stream: the state
-// backups of the job's state (one operator: logreg's global model), the
-// item logs of its partitions, and the thresholds. Backups are serialised
-// by the caller (the kind's merge step) and written by one goroutine.
+// backups of the job's units of state, the item logs of its partitions,
+// and the thresholds. A unit's backups are snapshotted by the caller of
+// merged (the kind, serialised with its own changes to the unit) and
+// written, in order, by one goroutine for the job.
 type jobFT struct {
 	name   string
 	spec   FTSpec
 	bounds ft.Bounds
 	store  ft.Store
 	dir    string // <data>/<job>
-	op     stateful
 	log    *slog.Logger
 	hub    *Hub
 	parts  []*partFT
+	units  []*stateUnit
 
-	// mu guards the controllers and the fields below it.
-	mu          sync.Mutex
-	partCtl     *ft.Controller // l, γ of each partition (n copies)
-	stateCtl    *ft.Controller // θ and the event budget of the job state (one copy)
-	sinceBackup int64          // events folded into the state since its last backup
-	atRisk      int64          // of those, the ones not in the item log
-	deltas      int            // delta backups since the last full one
-	closing     bool           // the last backup, at a graceful shutdown
-	windowEnd   int64          // processed count at which the thresholds reset
+	// mu guards the controllers, the units' counters and the fields below.
+	mu        sync.Mutex
+	partCtl   *ft.Controller // l, γ of each partition (n copies)
+	closing   bool           // the last backups, at a graceful shutdown
+	windowEnd int64          // processed count at which the thresholds reset
 
 	backups    chan backupReq
 	backupDone chan struct{}
-	stats      struct {
+	errors     atomic.Int64
+	recovery   atomic.Pointer[RecoveryReport]
+}
+
+// stateUnit is one unit of state and its backups.
+type stateUnit struct {
+	f     *jobFT
+	key   ft.Key
+	op    stateful
+	parts []int
+
+	// Guarded by f.mu.
+	ctl         *ft.Controller // θ and the event budget l of the unit (one of n units)
+	sinceBackup int64          // events folded into the state since its last backup
+	atRisk      int64          // of those, the ones not in the item log
+	deltas      int            // delta backups since the last full one
+
+	stats struct {
 		full, delta, bytes atomic.Int64
 		last               atomic.Int64 // unix ms of the last backup written
-		errors             atomic.Int64
 	}
-	recovery atomic.Pointer[RecoveryReport]
 }
 
 // partFT is a partition's share: its item log and the high-water mark of
@@ -85,17 +108,25 @@ type partFT struct {
 }
 
 type backupReq struct {
+	unit *stateUnit
 	meta ft.BackupMeta
 	data []byte
 }
 
-// newJobFT opens the job's store keys and item logs. It does not recover:
-// see recover.
-func newJobFT(spec Spec, store ft.Store, dataDir string, op stateful, hub *Hub, log *slog.Logger) (*jobFT, error) {
+// newJobFT opens the job's item logs. It does not recover: see recover.
+func newJobFT(spec Spec, store ft.Store, dataDir string, k ftKind, hub *Hub, log *slog.Logger) (*jobFT, error) {
 	f := &jobFT{
-		name: spec.Name, spec: spec.FT, bounds: spec.FT.bounds(), store: store, op: op, hub: hub, log: log,
+		name: spec.Name, spec: spec.FT, bounds: spec.FT.bounds(), store: store, hub: hub, log: log,
 		dir:     filepath.Join(dataDir, spec.Name),
 		backups: make(chan backupReq, 4), backupDone: make(chan struct{}),
+	}
+	ops := k.units()
+	for _, op := range ops {
+		u := &stateUnit{f: f, op: op, parts: op.partitions(), key: ft.Key{Job: spec.Name, Partition: ft.GlobalPartition}}
+		if len(ops) > 1 {
+			u.key.Partition = u.parts[0]
+		}
+		f.units = append(f.units, u)
 	}
 	for i := range spec.Partitions {
 		pf := &partFT{mode: spec.FT.Mode}
@@ -208,69 +239,75 @@ func (p *partFT) readMark() uint64 {
 // event is at risk.
 const replayBudget = 100_000
 
-// merged is called by the kind's merge step, serialised with other merges,
-// after events were folded into the state, unlogged of them not in the
-// item log. It takes a backup when events not in the item log were folded
-// in and the divergence passed θ, or when more than the event budget l of
-// them were. Events that are in the item log are not at risk: a recovery
-// replays them onto the older backup, so they need no state backup (this
-// is what keeps the mode cheap once halving has driven l to 0 and every
-// event is logged). The snapshot is taken here, consistently; writing it
-// is the backup goroutine's job.
-func (f *jobFT) merged(events, unlogged int, processed int64) {
-	if f.spec.Mode == ft.ModeNone {
-		return
-	}
+// merged is called by the kind after events were folded into unit u,
+// unlogged of them not in the item log, serialised with the kind's other
+// changes to u. It takes a backup when events not in the item log were
+// folded in and the divergence passed θ, or when more than the event
+// budget l of them were. Events that are in the item log are not at risk:
+// a recovery replays them onto the older backup, so they need no state
+// backup (this is what keeps the mode cheap once halving has driven l to
+// 0 and every event is logged). The snapshot is taken here, consistently;
+// writing it is the backup goroutine's job.
+func (u *stateUnit) merged(events, unlogged int, processed int64) {
+	f := u.f
 	f.mu.Lock()
-	f.sinceBackup += int64(events)
-	f.atRisk += int64(unlogged)
+	u.sinceBackup += int64(events)
+	u.atRisk += int64(unlogged)
 	if processed >= f.windowEnd {
 		// A hopping window ended: errors of earlier windows no longer add up.
 		f.windowEnd = processed + f.spec.Window
-		if f.stateCtl.Failures() > 0 {
-			f.partCtl.ResetWindow()
-			f.stateCtl.ResetWindow()
-			f.setThresholds()
-			f.log.Info("fault tolerance: window ended, thresholds reset", "job", f.name, "thresholds", f.stateCtl.Thresholds())
+		if f.partCtl.Failures() > 0 {
+			f.resetWindow()
 		}
 	}
-	th := f.stateCtl.Thresholds()
-	div := f.op.StateDivergence()
-	due := f.atRisk > 0 && div > th.Theta || f.atRisk > int64(th.L) || f.sinceBackup > replayBudget
+	th := u.ctl.Thresholds()
+	div := u.op.StateDivergence()
+	due := u.atRisk > 0 && div > th.Theta || u.atRisk > int64(th.L) || u.sinceBackup > replayBudget
 	f.mu.Unlock()
 	if due {
-		f.backup(false, div)
+		u.backup(false, div)
 	}
 }
 
-// backup snapshots the state and queues it for writing; full forces a
-// full snapshot, else every CompactEvery-th one is full (compaction).
-func (f *jobFT) backup(full bool, div float64) {
+// resetWindow restores the initial thresholds; f.mu held.
+func (f *jobFT) resetWindow() {
+	f.partCtl.ResetWindow()
+	for _, u := range f.units {
+		u.ctl.ResetWindow()
+	}
+	f.setThresholds()
+	f.log.Info("fault tolerance: window ended, thresholds reset", "job", f.name, "thresholds", f.units[0].ctl.Thresholds())
+}
+
+// backup snapshots the unit and queues it for writing; full forces a full
+// snapshot, else every CompactEvery-th one is full (compaction).
+func (u *stateUnit) backup(full bool, div float64) {
+	f := u.f
 	f.mu.Lock()
-	if f.deltas >= f.spec.CompactEvery {
+	if u.deltas >= f.spec.CompactEvery {
 		full = true
 	}
 	if full {
-		f.deltas = 0
+		u.deltas = 0
 	} else {
-		f.deltas++
+		u.deltas++
 	}
 	if math.IsNaN(div) || math.IsInf(div, 0) {
 		div = 0 // metadata only; JSON has no NaN
 	}
-	meta := ft.BackupMeta{Full: full, Failures: f.stateCtl.Failures(), LastSeqs: f.op.stateSeqs(), Divergence: div, Created: time.Now(),
+	meta := ft.BackupMeta{Full: full, Failures: u.ctl.Failures(), LastSeqs: u.op.stateSeqs(), Divergence: div, Created: time.Now(),
 		// Approx survives process crashes without fsync (the operating
 		// system keeps what was written); exact promises more.
 		Durable: f.spec.Mode == ft.ModeExact || f.closing}
-	f.sinceBackup, f.atRisk = 0, 0
+	u.sinceBackup, u.atRisk = 0, 0
 	f.mu.Unlock()
 	var buf bytes.Buffer
-	if err := f.op.BackupState(&buf, full); err != nil {
-		f.stats.errors.Add(1)
-		f.log.Error("fault tolerance: snapshot failed", "job", f.name, "err", err)
+	if err := u.op.BackupState(&buf, full); err != nil {
+		f.errors.Add(1)
+		f.log.Error("fault tolerance: snapshot failed", "job", f.name, "unit", u.key, "err", err)
 		return
 	}
-	f.backups <- backupReq{meta: meta, data: buf.Bytes()}
+	f.backups <- backupReq{unit: u, meta: meta, data: buf.Bytes()}
 }
 
 // writeLoop writes backups in order, then drops what they made obsolete:
@@ -283,24 +320,23 @@ func (f *jobFT) writeLoop() {
 }
 
 func (f *jobFT) write(req backupReq) {
-	meta, err := f.store.Put(ft.Key{Job: f.name, Partition: ft.GlobalPartition}, req.meta, req.data)
+	u := req.unit
+	meta, err := f.store.Put(u.key, req.meta, req.data)
 	if err != nil {
-		f.stats.errors.Add(1)
-		f.log.Error("fault tolerance: backup failed", "job", f.name, "err", err)
+		f.errors.Add(1)
+		f.log.Error("fault tolerance: backup failed", "job", f.name, "unit", u.key, "err", err)
 		return
 	}
 	if meta.Full {
-		f.stats.full.Add(1)
+		u.stats.full.Add(1)
 	} else {
-		f.stats.delta.Add(1)
+		u.stats.delta.Add(1)
 	}
-	f.stats.bytes.Add(int64(len(req.data)))
-	f.stats.last.Store(meta.Created.UnixMilli())
-	for i, p := range f.parts {
-		if i < len(meta.LastSeqs) {
-			if err := p.log.TruncateBefore(meta.LastSeqs[i]); err != nil {
-				f.log.Warn("fault tolerance: item log truncation", "job", f.name, "partition", i, "err", err)
-			}
+	u.stats.bytes.Add(int64(len(req.data)))
+	u.stats.last.Store(meta.Created.UnixMilli())
+	for i, p := range u.parts {
+		if err := f.parts[p].log.TruncateBefore(meta.LastSeqs[i]); err != nil {
+			f.log.Warn("fault tolerance: item log truncation", "job", f.name, "partition", p, "err", err)
 		}
 	}
 	if f.hub.Wants(f.name, TypeBackup) {
@@ -316,21 +352,21 @@ func (f *jobFT) write(req backupReq) {
 // start knows nothing was lost and counts no failure.
 func (f *jobFT) cleanMarker() string { return filepath.Join(f.dir, "clean") }
 
-// close takes a last full backup of the drained state (modes approx and
-// exact), waits for the writer, and marks the shutdown clean.
+// close takes a last full backup of the drained state, waits for the
+// writer, and marks the shutdown clean.
 func (f *jobFT) close() {
-	if f.spec.Mode != ft.ModeNone {
-		f.mu.Lock()
-		f.closing = true
-		f.mu.Unlock()
-		f.backup(true, f.op.StateDivergence())
+	f.mu.Lock()
+	f.closing = true
+	f.mu.Unlock()
+	for _, u := range f.units {
+		u.backup(true, u.op.StateDivergence())
 	}
 	close(f.backups)
 	<-f.backupDone
 	for _, p := range f.parts {
 		_ = p.log.Commit()
 	}
-	if f.spec.Mode != ft.ModeNone && f.stats.errors.Load() == 0 {
+	if f.errors.Load() == 0 {
 		if err := os.WriteFile(f.cleanMarker(), nil, 0o644); err != nil {
 			f.log.Warn("fault tolerance: clean marker", "job", f.name, "err", err)
 		}
@@ -420,20 +456,33 @@ func (j *logregJob) unacked(i int) int64 { return j.parts[i].unacked.Load() }
 func (f *jobFT) status(j *Job) *FTStatus {
 	f.mu.Lock()
 	st := &FTStatus{
-		Mode: f.spec.Mode, Bounds: f.bounds, State: f.stateCtl.Thresholds(), Partition: f.partCtl.Thresholds(),
-		Failures: f.stateCtl.Failures(), SinceBackup: f.sinceBackup, AtRisk: f.atRisk,
+		Mode: f.spec.Mode, Bounds: f.bounds, State: f.units[0].ctl.Thresholds(), Partition: f.partCtl.Thresholds(),
+		Failures: f.partCtl.Failures(),
+	}
+	for _, u := range f.units {
+		st.SinceBackup += u.sinceBackup
+		st.AtRisk += u.atRisk
 	}
 	f.mu.Unlock()
-	if lv, ok := f.op.(interface{ liveDivergence() float64 }); ok {
-		st.Divergence = lv.liveDivergence()
+	st.Backups.Errors = f.errors.Load()
+	var last int64
+	for _, u := range f.units {
+		if lv, ok := u.op.(interface{ liveDivergence() float64 }); ok {
+			st.Divergence += lv.liveDivergence()
+		}
+		st.Backups.Full += u.stats.full.Load()
+		st.Backups.Delta += u.stats.delta.Load()
+		st.Backups.Bytes += u.stats.bytes.Load()
+		last = max(last, u.stats.last.Load())
+		n, b := f.store.Usage(u.key)
+		st.Backups.StoredCount += n
+		st.Backups.StoredBytes += b
+		st.Alpha = max(st.Alpha, u.op.alpha())
 	}
-	st.Backups = BackupStats{Full: f.stats.full.Load(), Delta: f.stats.delta.Load(), Bytes: f.stats.bytes.Load(), Errors: f.stats.errors.Load()}
-	if ms := f.stats.last.Load(); ms > 0 {
-		st.Backups.Last = time.UnixMilli(ms)
+	if last > 0 {
+		st.Backups.Last = time.UnixMilli(last)
 	}
-	st.Backups.StoredCount, st.Backups.StoredBytes = f.store.Usage(ft.Key{Job: f.name, Partition: ft.GlobalPartition})
-	st.Alpha = f.op.alpha()
-	uc, _ := f.op.(unackedCounter)
+	uc, _ := j.kind.(unackedCounter)
 	var pending, unacked int64
 	for i, p := range f.parts {
 		q := j.parts[i].q

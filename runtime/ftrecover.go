@@ -10,39 +10,32 @@ import (
 	"github.com/mlstream/mlstream/ft"
 )
 
-// recover restores the job before its partitions start: the newest intact
-// backup chain of its state, then, per partition, the item-logged events
-// the state does not contain yet, in order. It measures what is lost (the
-// sequence numbers handed out before the crash that are in neither) and
-// takes a full backup at once, so that the new failure count is stored and
-// the next crash starts from here.
+// recover restores the job before its partitions start: for each unit of
+// state, the newest intact backup chain; then, per partition, the
+// item-logged events the state does not hold yet, in order. It measures
+// what is lost (the sequence numbers handed out before the crash that are
+// in neither) and takes a full backup at once, so that the new failure
+// count is stored and the next crash starts from here.
 func (j *Job) recover() (*RecoveryReport, error) {
 	f := j.ft
 	start := time.Now()
 	rep := &RecoveryReport{Job: j.spec.Name, At: start}
-	chain, skipped, err := f.store.Chain(ft.Key{Job: j.spec.Name, Partition: ft.GlobalPartition})
-	if err != nil {
-		return nil, fmt.Errorf("reading backups: %w", err)
-	}
-	for _, s := range skipped {
-		rep.Skipped = append(rep.Skipped, s.Error())
-		f.log.Warn("fault tolerance: damaged backup passed over", "job", j.spec.Name, "err", s)
-	}
-	var meta ft.BackupMeta
-	for _, b := range chain {
-		if len(b.Meta.LastSeqs) != len(j.parts) {
-			return nil, fmt.Errorf("%w: %d partitions in the backup, %d in the spec; delete the job's data or keep its partitions",
-				errPartitionsChanged, len(b.Meta.LastSeqs), len(j.parts))
+	base := make([]uint64, len(j.parts)) // per partition: the last event the restored state holds
+	failures := 0
+	restored := false
+	for _, u := range f.units {
+		meta, n, err := u.restore(rep)
+		if err != nil {
+			return nil, err
 		}
-		if err := f.op.RecoverState(bytes.NewReader(b.Data)); err != nil {
-			// Intact on disk but not applicable: what follows builds on it,
-			// so the chain ends here.
-			rep.Skipped = append(rep.Skipped, fmt.Sprintf("backup %d: %v", b.Meta.Index, err))
-			f.log.Warn("fault tolerance: backup not applicable", "job", j.spec.Name, "index", b.Meta.Index, "err", err)
-			break
+		if n > 0 {
+			restored = true
+			failures = max(failures, meta.Failures)
+			for i, p := range u.parts {
+				base[p] = meta.LastSeqs[i]
+			}
 		}
-		meta = b.Meta
-		rep.Backups++
+		rep.Backups += n
 	}
 	_, statErr := os.Stat(f.cleanMarker())
 	clean := statErr == nil
@@ -50,29 +43,26 @@ func (j *Job) recover() (*RecoveryReport, error) {
 		_ = os.Remove(f.cleanMarker())
 	}
 	marks := make([]uint64, len(j.parts))
-	hadData := rep.Backups > 0
+	hadData := restored
 	for i, p := range f.parts {
 		marks[i] = p.readMark()
 		hadData = hadData || marks[i] > 0
 	}
-	failures := meta.Failures
 	if hadData && !clean {
 		failures++
 	}
 	f.mu.Lock()
 	f.partCtl = ft.NewController(f.bounds, len(j.parts), failures)
-	f.stateCtl = ft.NewController(f.bounds, 1, failures)
+	for _, u := range f.units {
+		u.ctl = ft.NewController(f.bounds, len(f.units), failures)
+	}
 	f.setThresholds()
 	f.windowEnd = f.spec.Window
-	rep.Thresholds = f.stateCtl.Thresholds()
+	rep.Thresholds = f.units[0].ctl.Thresholds()
 	f.mu.Unlock()
 	rep.Failures = failures
 
-	base := meta.LastSeqs
-	if base == nil {
-		base = make([]uint64, len(j.parts))
-	}
-	f.op.recovered(base)
+	f.recovered(base)
 	rep.LostRanges = make([][][2]uint64, len(j.parts))
 	covered := make([]uint64, len(j.parts))
 	for i, part := range j.parts {
@@ -94,15 +84,65 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	// What is lost is gone for good: the state now stands for every
 	// sequence number handed out, so the next recovery does not count the
 	// same loss again.
-	f.op.recovered(covered)
-	rep.Bound = f.bounds.Promise(f.op.alpha(), 1)
+	f.recovered(covered)
+	var alpha float64
+	for _, u := range f.units {
+		alpha = max(alpha, u.op.alpha())
+	}
+	rep.Bound = f.bounds.Promise(alpha, 1)
 	rep.Within = rep.Lost <= rep.Bound.Events
 	rep.Clean = clean && rep.Lost == 0
-	// Always a full backup now: deltas build on it, and it stores the
+	// Always full backups now: deltas build on them, and they store the
 	// failure count.
-	f.backup(true, f.op.StateDivergence())
+	for _, u := range f.units {
+		u.backup(true, u.op.StateDivergence())
+	}
 	rep.DurationMs = float64(time.Since(start).Microseconds()) / 1e3
 	return rep, nil
+}
+
+// recovered tells every unit which events it holds, from per-partition
+// sequence numbers.
+func (f *jobFT) recovered(seqs []uint64) {
+	for _, u := range f.units {
+		mine := make([]uint64, len(u.parts))
+		for i, p := range u.parts {
+			mine[i] = seqs[p]
+		}
+		u.op.recovered(mine)
+	}
+}
+
+// restore applies the unit's newest intact backup chain and returns the
+// last applied backup's metadata and how many were applied.
+func (u *stateUnit) restore(rep *RecoveryReport) (ft.BackupMeta, int, error) {
+	f := u.f
+	chain, skipped, err := f.store.Chain(u.key)
+	if err != nil {
+		return ft.BackupMeta{}, 0, fmt.Errorf("reading backups of %s: %w", u.key, err)
+	}
+	for _, s := range skipped {
+		rep.Skipped = append(rep.Skipped, s.Error())
+		f.log.Warn("fault tolerance: damaged backup passed over", "job", f.name, "err", s)
+	}
+	var meta ft.BackupMeta
+	n := 0
+	for _, b := range chain {
+		if len(b.Meta.LastSeqs) != len(u.parts) {
+			return meta, 0, fmt.Errorf("%w: %s holds %d partitions, the spec gives it %d; delete the job's data or keep its partitions",
+				errPartitionsChanged, u.key, len(b.Meta.LastSeqs), len(u.parts))
+		}
+		if err := u.op.RecoverState(bytes.NewReader(b.Data)); err != nil {
+			// Intact on disk but not applicable: what follows builds on it,
+			// so the chain ends here.
+			rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s backup %d: %v", u.key, b.Meta.Index, err))
+			f.log.Warn("fault tolerance: backup not applicable", "job", f.name, "unit", u.key, "index", b.Meta.Index, "err", err)
+			break
+		}
+		meta = b.Meta
+		n++
+	}
+	return meta, n, nil
 }
 
 // replay feeds partition i the item-logged events after seq `after`, in

@@ -126,15 +126,15 @@ func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
 		j.parts = append(j.parts, part)
 	}
 	if cfg.Store != nil && spec.FT.Mode != ft.ModeNone {
-		op, ok := k.(stateful)
+		fk, ok := k.(ftKind)
 		if !ok {
 			return nil, &SpecError{"ft.mode", fmt.Sprintf("kind %s has no fault tolerance yet; set mode none", spec.Kind)}
 		}
-		f, err := newJobFT(spec, cfg.Store, cfg.DataDir, op, hub, cfg.Logger)
+		f, err := newJobFT(spec, cfg.Store, cfg.DataDir, fk, hub, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
-		op.setFT(f)
+		fk.setFT(f)
 		j.ft = f
 		for i, part := range j.parts {
 			part.q.ft = f.parts[i]

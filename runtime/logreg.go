@@ -232,7 +232,7 @@ func (p *logregPart) merge() {
 	j.merge.lastSeqs[p.index] = p.lastSeq
 	j.merge.learned += int64(n)
 	if j.ft != nil {
-		j.ft.merged(n, p.unlogged, j.merge.learned)
+		j.ft.units[0].merged(n, p.unlogged, j.merge.learned)
 	}
 	p.unlogged = 0
 	j.merge.Unlock()

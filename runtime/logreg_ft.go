@@ -14,9 +14,20 @@ import (
 // learners.Tracker at each merge. The hooks run under j.merge, or before
 // the partitions start, or after they stopped.
 
+// units: the global model is one unit holding every partition's events.
+func (j *logregJob) units() []stateful { return []stateful{j} }
+
 func (j *logregJob) setFT(f *jobFT) {
 	j.ft = f
 	j.merge.tracker = learners.NewTracker(j.model)
+}
+
+func (j *logregJob) partitions() []int {
+	out := make([]int, len(j.parts))
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 func (j *logregJob) StateDivergence() float64 {
