@@ -1,0 +1,126 @@
+package synopses
+
+import (
+	"bytes"
+	"runtime"
+	"testing"
+)
+
+// benchStream is the Zipf(1.1) stream of the brief: 1M items from a
+// universe of 100k. Each item's bytes are copied into one arena in stream
+// order, as items parsed out of a batch of events would lie in memory, so a
+// lookup's cost is the summary's, not a cache miss on a stale key.
+var benchStream = func() []string {
+	ev := zipfStream(42, 1_000_000, 100_000, 1.1)
+	var arena []byte
+	for _, e := range ev {
+		arena = append(arena, e.key...)
+	}
+	all := string(arena)
+	s := make([]string, len(ev))
+	off := 0
+	for i, e := range ev {
+		s[i] = all[off : off+len(e.key)]
+		off += len(e.key)
+	}
+	return s
+}()
+
+// BenchmarkUpdate is the cost of one Space-Saving update with 2,000
+// counters on the Zipf stream (target ≤ 50 ns/op).
+func BenchmarkUpdate(b *testing.B) {
+	h := NewHeavyHitters(2000)
+	s := benchStream
+	b.ReportAllocs()
+	b.ResetTimer()
+	j := 0
+	for i := 0; i < b.N; i++ {
+		h.Update(s[j], 1)
+		if j++; j == len(s) {
+			j = 0
+		}
+	}
+}
+
+// BenchmarkExactMap counts the same stream exactly in a Go map.
+func BenchmarkExactMap(b *testing.B) {
+	m := make(map[string]uint64)
+	s := benchStream
+	b.ReportAllocs()
+	b.ResetTimer()
+	j := 0
+	for i := 0; i < b.N; i++ {
+		m[s[j]]++
+		if j++; j == len(s) {
+			j = 0
+		}
+	}
+	b.ReportMetric(float64(len(m)), "keys")
+}
+
+// BenchmarkHeavyHittersMemory reports the heap bytes of a full summary of
+// 2,000 counters (the items' strings are shared with the stream and not
+// counted) and of the exact map over the same stream.
+func BenchmarkHeavyHittersMemory(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		before := heapBytes()
+		h := NewHeavyHitters(2000)
+		for _, k := range benchStream {
+			h.Update(k, 1)
+		}
+		hh := heapBytes() - before
+		runtime.KeepAlive(h)
+		before = heapBytes()
+		m := make(map[string]uint64)
+		for _, k := range benchStream {
+			m[k]++
+		}
+		exact := heapBytes() - before
+		runtime.KeepAlive(m)
+		b.ReportMetric(float64(hh), "summary-bytes")
+		b.ReportMetric(float64(exact), "exactmap-bytes")
+	}
+}
+
+func heapBytes() int64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// BenchmarkHeavyHittersMerge merges two full 2,000-counter summaries.
+func BenchmarkHeavyHittersMerge(b *testing.B) {
+	x, y := NewHeavyHitters(2000), NewHeavyHitters(2000)
+	for i, k := range benchStream {
+		if i%2 == 0 {
+			x.Update(k, 1)
+		} else {
+			y.Update(k, 1)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m := x.Clone()
+		m.Merge(y)
+	}
+}
+
+// BenchmarkHeavyHittersDeltaBackup backs up after each 10,000 updates.
+func BenchmarkHeavyHittersDeltaBackup(b *testing.B) {
+	h := NewHeavyHitters(2000)
+	var buf bytes.Buffer
+	s := benchStream
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range 10_000 {
+			h.Update(s[(i*10_000+j)%len(s)], 1)
+		}
+		buf.Reset()
+		if err := h.BackupState(&buf, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "delta-bytes")
+}

@@ -1,0 +1,523 @@
+package synopses
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/mlstream/mlstream/ft"
+)
+
+// MaxCounters is the largest number of counters a HeavyHitters may have.
+const MaxCounters = 1 << 24
+
+// Item is one reported heavy hitter. The true count of Key in the stream the
+// summary has seen lies in [Lower, Upper]; Estimate is the Space-Saving
+// count (an overestimate before any Widen: Lower ≤ true ≤ Estimate ≤ Upper).
+type Item struct {
+	Key      string `json:"key"`
+	Estimate uint64 `json:"estimate"`
+	Lower    uint64 `json:"lower"`
+	Upper    uint64 `json:"upper"`
+}
+
+// HeavyHitters is a Space-Saving summary (Metwally et al. 2005) with a fixed
+// number of counters, mergeable in the sense of Agarwal et al. 2012. Each
+// counter keeps an item, its count and the overestimation error err: the
+// item's true count lies in [count-err, count]; an item without a counter
+// has a true count of at most MaxUntracked.
+//
+// It also implements ft.Stateful with the L∞ divergence of the AF-Stream
+// paper (see StateDivergence) and delta backups of the counters changed
+// since the previous backup.
+//
+// A HeavyHitters is a plain value: not safe for concurrent use, no I/O of its
+// own. The zero value has no counters; it can only be the target of a
+// RecoverState with a full snapshot.
+type HeavyHitters struct {
+	capacity int
+	slots    []hhSlot         // counter id → item, err and backup state
+	index    index            // item → counter id
+	heap     []hhEntry        // min-heap of counts; counts live only here
+	pos      []int32          // counter id → position in heap
+	total    uint64           // stream weight seen, merges included
+	floor    uint64           // bound on untracked items' counts while not full (from merges)
+	widen    uint64           // added to every upper bound (Widen)
+	div      uint64           // running max of count-backed since the backup
+	dirty    []int32          // counter ids changed since the backup
+}
+
+type hhSlot struct {
+	key    string
+	hash   uint64 // hashKey(key)
+	err    uint64
+	backed uint64 // the item's count at the last backup; 0 if it was not this counter's item then
+	dirty  bool
+}
+
+type hhEntry struct {
+	count uint64
+	id    int32
+}
+
+var _ ft.Stateful = (*HeavyHitters)(nil)
+
+// NewHeavyHitters returns an empty summary with the given number of
+// counters, clamped to [1, MaxCounters]. Memory is about 100 bytes per
+// counter plus the items' bytes.
+func NewHeavyHitters(counters int) *HeavyHitters {
+	counters = min(max(counters, 1), MaxCounters)
+	return newHH(counters, counters)
+}
+
+// newHH allocates room for prealloc counters of the capacity.
+func newHH(capacity, prealloc int) *HeavyHitters {
+	return &HeavyHitters{
+		capacity: capacity,
+		slots:    make([]hhSlot, 0, prealloc),
+		index:    newIndex(capacity),
+		heap:     make([]hhEntry, 0, prealloc),
+		pos:      make([]int32, 0, prealloc),
+	}
+}
+
+// Counters is the number of counters (the capacity).
+func (h *HeavyHitters) Counters() int { return h.capacity }
+
+// Len is the number of items tracked now.
+func (h *HeavyHitters) Len() int { return len(h.slots) }
+
+// Total is the weight of the stream seen, including merged summaries.
+func (h *HeavyHitters) Total() uint64 { return h.total }
+
+// Update adds weight w to item. The summary keeps item (it does not copy the
+// string): pass a string that is not modified later (no unsafe views of
+// reused buffers). A tracked item costs a hash, a probe of a 32 KiB table
+// (at 2,000 counters) and a heap sift, with no allocation.
+func (h *HeavyHitters) Update(item string, w uint64) {
+	if w == 0 {
+		return
+	}
+	h.total += w
+	x := hashKey(item)
+	if id := h.index.find(item, x, h.slots); id >= 0 {
+		p := h.pos[id]
+		c := h.heap[p].count + w
+		h.heap[p].count = c
+		h.down(int(p))
+		h.touch(id, c)
+		return
+	}
+	if len(h.slots) < h.capacity {
+		id := int32(len(h.slots))
+		c := h.floor + w
+		h.slots = append(h.slots, hhSlot{key: item, hash: x, err: h.floor})
+		h.pos = append(h.pos, int32(len(h.heap)))
+		h.heap = append(h.heap, hhEntry{count: c, id: id})
+		h.up(len(h.heap) - 1)
+		h.index.insert(x, id)
+		h.touch(id, c)
+		return
+	}
+	// Replace the item with the smallest count: the new item may have
+	// occurred up to that many times before (else it would be tracked).
+	root := &h.heap[0]
+	id, m := root.id, root.count
+	s := &h.slots[id]
+	h.index.remove(s.hash, id)
+	s.key, s.hash, s.err, s.backed = item, x, m, 0
+	root.count = m + w
+	h.index.insert(x, id)
+	h.down(0)
+	h.touch(id, m+w)
+}
+
+// touch records that counter id now holds count c, for the divergence and
+// the next delta.
+func (h *HeavyHitters) touch(id int32, c uint64) {
+	s := &h.slots[id]
+	if d := c - s.backed; c >= s.backed && d > h.div {
+		h.div = d
+	} else if c < s.backed && s.backed-c > h.div {
+		h.div = s.backed - c
+	}
+	if !s.dirty {
+		s.dirty = true
+		h.dirty = append(h.dirty, id)
+	}
+}
+
+func (h *HeavyHitters) less(i, j int) bool { return h.heap[i].count < h.heap[j].count }
+
+func (h *HeavyHitters) swap(i, j int) {
+	hp := h.heap
+	hp[i], hp[j] = hp[j], hp[i]
+	h.pos[hp[i].id] = int32(i)
+	h.pos[hp[j].id] = int32(j)
+}
+
+// The heap is 4-ary: half the depth of a binary heap, and a node's four
+// children (16 bytes each) share one or two cache lines, which matters for
+// the sift-down after every eviction.
+func (h *HeavyHitters) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 4
+		if !h.less(i, p) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h *HeavyHitters) down(i int) {
+	hp := h.heap
+	n := len(hp)
+	for {
+		c := 4*i + 1
+		if c >= n {
+			return
+		}
+		m := c
+		for k := c + 1; k < min(c+4, n); k++ {
+			if hp[k].count < hp[m].count {
+				m = k
+			}
+		}
+		if hp[m].count >= hp[i].count {
+			return
+		}
+		h.swap(i, m)
+		i = m
+	}
+}
+
+// untracked is the bound on the true count of an item without a counter,
+// before Widen: the smallest count when all counters are in use (an item
+// with more would not have been evicted, or would have evicted another),
+// else the floor left by merges (0 for a summary never merged).
+func (h *HeavyHitters) untracked() uint64 {
+	if len(h.heap) == h.capacity && len(h.heap) > 0 {
+		return max(h.floor, h.heap[0].count)
+	}
+	return h.floor
+}
+
+// MaxUntracked bounds the true count of any item that is not tracked (is
+// not in Items): it includes every Widen.
+func (h *HeavyHitters) MaxUntracked() uint64 { return h.untracked() + h.widen }
+
+// Widen adds by to every upper bound and to MaxUntracked, for good: after a
+// recovery that lost up to by weight of any one item (the AF-Stream
+// compensation of a one-sided sketch), so that the bounds still contain the
+// true counts of the whole stream and no true heavy hitter is missed.
+func (h *HeavyHitters) Widen(by uint64) { h.widen += by }
+
+// Widened is the sum of all Widen calls (merges add them up).
+func (h *HeavyHitters) Widened() uint64 { return h.widen }
+
+func (h *HeavyHitters) item(e hhEntry) Item {
+	s := &h.slots[e.id]
+	return Item{Key: s.key, Estimate: e.count, Lower: e.count - s.err, Upper: e.count + h.widen}
+}
+
+// Items returns every tracked item, by decreasing estimate (ties by key).
+func (h *HeavyHitters) Items() []Item { return h.TopK(len(h.heap)) }
+
+// TopK returns the k tracked items with the largest estimates, by decreasing
+// estimate (ties by key, so the order is deterministic).
+func (h *HeavyHitters) TopK(k int) []Item {
+	if k <= 0 {
+		return nil
+	}
+	all := make([]Item, len(h.heap))
+	for i, e := range h.heap {
+		all[i] = h.item(e)
+	}
+	slices.SortFunc(all, func(a, b Item) int {
+		if c := cmp.Compare(b.Estimate, a.Estimate); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+	return all[:min(k, len(all))]
+}
+
+// Get returns the bounds of one item: tracked or not, its true count lies in
+// [Lower, Upper]. ok reports whether it is tracked.
+func (h *HeavyHitters) Get(key string) (it Item, ok bool) {
+	if id := h.index.find(key, hashKey(key), h.slots); id >= 0 {
+		return h.item(h.heap[h.pos[id]]), true
+	}
+	return Item{Key: key, Lower: 0, Upper: h.MaxUntracked()}, false
+}
+
+// Clone returns a deep copy (backup state included).
+func (h *HeavyHitters) Clone() *HeavyHitters {
+	c := *h
+	c.slots = slices.Clone(h.slots)
+	c.heap = slices.Clone(h.heap)
+	c.pos = slices.Clone(h.pos)
+	c.dirty = slices.Clone(h.dirty)
+	c.index = h.index.clone()
+	return &c
+}
+
+// Merge folds o into h, as the mergeable summaries of Agarwal et al. (2012)
+// do for Space-Saving, keeping h's number of counters. o is not modified.
+//
+// Let mA and mB be the untracked bounds of h and o (MaxUntracked before
+// Widen). Every item x gets count cA(x)+cB(x) and error eA(x)+eB(x), where
+// a side that does not track x contributes its untracked bound m to both.
+// Then the largest counts are kept.
+//
+// Why the bounds stay valid, for the union stream A∪B (true count f = fA+fB):
+//   - Upper: fA(x) ≤ cA(x) if A tracks x, else fA(x) ≤ mA; the same for B.
+//     So f(x) ≤ merged count, and each side's widen adds up (Widen is added
+//     to the union's upper bound as the sum of both sides' widens).
+//   - Lower: fA(x) ≥ cA(x)-eA(x) if tracked, else fA(x) ≥ 0 = m-m; so
+//     f(x) ≥ count-err, the merged lower bound.
+//   - Untracked after the merge: an item in neither side has f ≤ mA+mB; an
+//     item dropped by the truncation has f ≤ its merged count ≤ the largest
+//     dropped count. Every merged count is ≥ mA+mB (a tracked count is at
+//     least its side's untracked bound), so the new untracked bound is the
+//     largest dropped count if anything was dropped, else mA+mB. It is
+//     kept as the floor, and an item entering a free counter later starts
+//     from it (count floor+w, error floor), which keeps every count ≥ floor.
+//
+// Merge counts as a change of every counter for fault tolerance: each counter
+// is in the next delta and the divergence grows by the largest change.
+func (h *HeavyHitters) Merge(o *HeavyHitters) {
+	if o == nil || len(o.heap) == 0 && o.floor == 0 && o.total == 0 && o.widen == 0 {
+		return
+	}
+	mA, mB := h.untracked(), o.untracked()
+	type ent struct {
+		key        string
+		count, err uint64
+		backed     uint64
+	}
+	ents := make([]ent, 0, len(h.heap)+len(o.heap))
+	at := make(map[string]int, len(h.heap)+len(o.heap))
+	for _, e := range h.heap {
+		s := &h.slots[e.id]
+		at[s.key] = len(ents)
+		ents = append(ents, ent{key: s.key, count: e.count + mB, err: s.err + mB, backed: s.backed})
+	}
+	for _, e := range o.heap {
+		s := &o.slots[e.id]
+		if i, ok := at[s.key]; ok {
+			// Replace the assumed mB by B's own count and error.
+			ents[i].count = ents[i].count - mB + e.count
+			ents[i].err = ents[i].err - mB + s.err
+			continue
+		}
+		ents = append(ents, ent{key: s.key, count: e.count + mA, err: s.err + mA})
+	}
+	slices.SortFunc(ents, func(a, b ent) int {
+		if c := cmp.Compare(b.count, a.count); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.key, b.key)
+	})
+	floor := mA + mB
+	if len(ents) > h.capacity {
+		floor = max(floor, ents[h.capacity].count)
+		ents = ents[:h.capacity]
+	}
+	h.slots = h.slots[:0]
+	h.heap = h.heap[:0]
+	h.pos = h.pos[:0]
+	h.dirty = h.dirty[:0]
+	h.index.clear()
+	for i, e := range ents {
+		id := int32(i)
+		x := hashKey(e.key)
+		h.slots = append(h.slots, hhSlot{key: e.key, hash: x, err: e.err, backed: e.backed, dirty: true})
+		h.heap = append(h.heap, hhEntry{count: e.count, id: id})
+		h.pos = append(h.pos, id)
+		h.index.insert(x, id)
+		h.dirty = append(h.dirty, id)
+		if d := max(e.count, e.backed) - min(e.count, e.backed); d > h.div {
+			h.div = d
+		}
+	}
+	h.heapify()
+	h.floor = floor
+	h.total += o.total
+	h.widen += o.widen
+}
+
+func (h *HeavyHitters) heapify() {
+	for i := range h.heap {
+		h.pos[h.heap[i].id] = int32(i)
+	}
+	for i := (len(h.heap) - 2) / 4; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+// StateDivergence is the L∞ distance of the counts from the last backup, as
+// in the AF-Stream paper: the largest |count - count at the backup| over the
+// items, where an item that took over a counter since the backup counts from
+// 0 (so an eviction moves the divergence to at least the evicted minimum
+// plus the new weight). Kept as a running maximum, O(1) per update.
+func (h *HeavyHitters) StateDivergence() float64 { return float64(h.div) }
+
+// Dirty is the number of counters changed since the last backup (the size of
+// the next delta).
+func (h *HeavyHitters) Dirty() int { return len(h.dirty) }
+
+const hhMagic = "SSHH"
+
+// BackupState writes all counters when full, else the counters changed since
+// the previous backup (item, count, error) and the summary's totals; then
+// the divergence restarts from 0.
+func (h *HeavyHitters) BackupState(w io.Writer, full bool) error {
+	b := h.appendState(nil, full)
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	h.markBacked()
+	return nil
+}
+
+// appendState encodes the state (all of it, or the dirty counters) without
+// touching the backup bookkeeping.
+func (h *HeavyHitters) appendState(b []byte, full bool) []byte {
+	b = appendHeader(b, hhMagic, full)
+	for _, v := range []uint64{uint64(h.capacity), uint64(len(h.slots)), h.total, h.floor, h.widen} {
+		b = binary.AppendUvarint(b, v)
+	}
+	put := func(id int32) {
+		s := &h.slots[id]
+		b = binary.AppendUvarint(b, uint64(id))
+		b = appendStr(b, s.key)
+		b = binary.AppendUvarint(b, h.heap[h.pos[id]].count)
+		b = binary.AppendUvarint(b, s.err)
+	}
+	if full {
+		b = binary.AppendUvarint(b, uint64(len(h.slots)))
+		for id := range h.slots {
+			put(int32(id))
+		}
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(h.dirty)))
+		for _, id := range h.dirty {
+			put(id)
+		}
+	}
+	return b
+}
+
+// markBacked makes the current state the backed-up one.
+func (h *HeavyHitters) markBacked() {
+	for _, id := range h.dirty {
+		s := &h.slots[id]
+		s.backed = h.heap[h.pos[id]].count
+		s.dirty = false
+	}
+	h.dirty = h.dirty[:0]
+	h.div = 0
+}
+
+// RecoverState applies a backup written by BackupState: a full snapshot
+// replaces the state (capacity included, so a zero HeavyHitters can be the
+// target), a delta is applied on top of the state recovered so far. The
+// recovered state counts as backed up. On error h is unchanged.
+func (h *HeavyHitters) RecoverState(r io.Reader) error {
+	b, err := readAll(r)
+	if err != nil {
+		return err
+	}
+	d := &dec{b: b}
+	n, err := h.decodeState(d)
+	if err != nil {
+		return err
+	}
+	if err := d.end(); err != nil {
+		return err
+	}
+	*h = *n
+	return nil
+}
+
+// decodeState reads one backup from d and returns the state it leads to,
+// leaving h unchanged.
+func (h *HeavyHitters) decodeState(d *dec) (*HeavyHitters, error) {
+	kind := d.header(hhMagic)
+	capacity := d.uvarint()
+	used := d.uvarint()
+	total, floor, widen := d.uvarint(), d.uvarint(), d.uvarint()
+	if d.err != nil {
+		return nil, d.err
+	}
+	if capacity < 1 || capacity > MaxCounters || used > capacity {
+		return nil, fmt.Errorf("%w: %d of %d counters", ErrCorrupt, used, capacity)
+	}
+	var n *HeavyHitters
+	if kind == kindFull {
+		if used > uint64(len(d.b)/4) {
+			return nil, fmt.Errorf("%w: %d counters in %d bytes", ErrCorrupt, used, len(d.b))
+		}
+		n = newHH(int(capacity), int(used))
+		n.slots = n.slots[:used]
+		n.heap = n.heap[:used]
+		n.pos = n.pos[:used]
+		for i := range n.pos {
+			n.pos[i] = int32(i)
+			n.heap[i].id = -1
+		}
+	} else {
+		if h.capacity != int(capacity) || int(used) < len(h.slots) {
+			return nil, fmt.Errorf("%w: delta for %d of %d counters on %d of %d", ErrMismatch, used, capacity, len(h.slots), h.capacity)
+		}
+		if used-uint64(len(h.slots)) > uint64(len(d.b)/4) {
+			return nil, fmt.Errorf("%w: %d new counters in %d bytes", ErrCorrupt, used-uint64(len(h.slots)), len(d.b))
+		}
+		n = h.Clone()
+		for int(used) > len(n.slots) {
+			n.slots = append(n.slots, hhSlot{})
+			n.heap = append(n.heap, hhEntry{id: -1})
+			n.pos = append(n.pos, int32(len(n.pos)))
+		}
+	}
+	n.total, n.floor, n.widen = total, floor, widen
+	entries := d.count(used, 4)
+	seen := make([]bool, used)
+	for range entries {
+		id := d.uvarint()
+		key := d.str()
+		count, errv := d.uvarint(), d.uvarint()
+		if d.err != nil {
+			return nil, d.err
+		}
+		if id >= used || seen[id] || errv > count {
+			return nil, fmt.Errorf("%w: counter %d", ErrCorrupt, id)
+		}
+		seen[id] = true
+		n.slots[id] = hhSlot{key: key, hash: hashKey(key), err: errv, backed: count}
+		n.heap[n.pos[id]] = hhEntry{count: count, id: int32(id)}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	n.index.clear()
+	for id, s := range n.slots {
+		if n.heap[n.pos[id]].id < 0 {
+			return nil, fmt.Errorf("%w: counter %d missing", ErrCorrupt, id)
+		}
+		if n.index.find(s.key, s.hash, n.slots) >= 0 {
+			return nil, fmt.Errorf("%w: item in two counters", ErrCorrupt)
+		}
+		n.index.insert(s.hash, int32(id))
+		n.slots[id].dirty = false
+		n.slots[id].backed = n.heap[n.pos[id]].count
+	}
+	n.dirty = n.dirty[:0]
+	n.div = 0
+	n.heapify()
+	return n, nil
+}
