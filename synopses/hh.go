@@ -38,15 +38,15 @@ type Item struct {
 // RecoverState with a full snapshot.
 type HeavyHitters struct {
 	capacity int
-	slots    []hhSlot         // counter id → item, err and backup state
-	index    index            // item → counter id
-	heap     []hhEntry        // min-heap of counts; counts live only here
-	pos      []int32          // counter id → position in heap
-	total    uint64           // stream weight seen, merges included
-	floor    uint64           // bound on untracked items' counts while not full (from merges)
-	widen    uint64           // added to every upper bound (Widen)
-	div      uint64           // running max of count-backed since the backup
-	dirty    []int32          // counter ids changed since the backup
+	slots    []hhSlot  // counter id → item, err and backup state
+	index    index     // item → counter id
+	heap     []hhEntry // min-heap of counts; counts live only here
+	pos      []int32   // counter id → position in heap
+	total    uint64    // stream weight seen, merges included
+	floor    uint64    // bound on untracked items' counts while not full (from merges)
+	widen    uint64    // added to every upper bound (Widen)
+	div      uint64    // running max of count-backed since the backup
+	dirty    []int32   // counter ids changed since the backup
 }
 
 type hhSlot struct {
