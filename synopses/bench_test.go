@@ -124,3 +124,64 @@ func BenchmarkHeavyHittersDeltaBackup(b *testing.B) {
 	}
 	b.ReportMetric(float64(buf.Len()), "delta-bytes")
 }
+
+// BenchmarkDistinctInsert hashes (xxhash) and inserts one item of the Zipf
+// stream into a p=14 sketch; it reports the sketch's memory.
+func BenchmarkDistinctInsert(b *testing.B) {
+	d, err := NewDistinct(14)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := benchStream
+	b.ReportAllocs()
+	b.ResetTimer()
+	j := 0
+	for i := 0; i < b.N; i++ {
+		d.InsertString(s[j])
+		if j++; j == len(s) {
+			j = 0
+		}
+	}
+	b.ReportMetric(float64(d.MemoryBytes()), "sketch-bytes")
+}
+
+// BenchmarkDistinctInsertHash is the insert alone, on precomputed hashes.
+func BenchmarkDistinctInsertHash(b *testing.B) {
+	d, _ := NewDistinct(14)
+	hs := make([]uint64, 1<<16)
+	for i := range hs {
+		hs[i] = hashKey(benchStream[i]) * 0x9E3779B97F4A7C15
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d.InsertHash(hs[i&(1<<16-1)])
+	}
+}
+
+// BenchmarkDistinctEstimate is one query (O(2^p)).
+func BenchmarkDistinctEstimate(b *testing.B) {
+	d, _ := NewDistinct(14)
+	for _, k := range benchStream {
+		d.InsertString(k)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_ = d.Estimate()
+	}
+}
+
+// TestMemoryPerSummary logs the memory of each summary.
+func TestMemoryPerSummary(t *testing.T) {
+	before := heapBytes()
+	h := NewHeavyHitters(2000)
+	for _, k := range benchStream[:200_000] {
+		h.Update(k, 1)
+	}
+	hh := heapBytes() - before
+	runtime.KeepAlive(h)
+	for _, p := range []uint8{10, 14, 18} {
+		d, _ := NewDistinct(p)
+		t.Logf("Distinct p=%d: %d bytes (library registers + shadow + bitset)", p, d.MemoryBytes())
+	}
+	t.Logf("HeavyHitters 2000 counters: %d bytes (items' strings shared with the stream)", hh)
+}
