@@ -140,3 +140,56 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, m)
 }
+
+// topK serves GET /v1/jobs/{job}/topk[?k=20&window=current|last|all].
+func (s *Server) topK(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.lookupJob(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	k := 0
+	if v := q.Get("k"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, apiError{Error: "k must be a positive integer", Field: "k"})
+			return
+		}
+		k = n
+	}
+	t, err := j.TopK(windowParam(q.Get("window")), k)
+	if err != nil {
+		synopsisError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+// distinct serves GET /v1/jobs/{job}/distinct[?window=current|last|all].
+func (s *Server) distinct(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.lookupJob(w, r)
+	if !ok {
+		return
+	}
+	c, err := j.Distinct(windowParam(r.URL.Query().Get("window")))
+	if err != nil {
+		synopsisError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func windowParam(v string) string {
+	if v == "" {
+		return runtime.WindowCurrent
+	}
+	return v
+}
+
+func synopsisError(w http.ResponseWriter, err error) {
+	field := ""
+	if errors.Is(err, runtime.ErrBadWindow) {
+		field = "window"
+	}
+	writeError(w, http.StatusBadRequest, apiError{Error: err.Error(), Field: field})
+}

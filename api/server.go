@@ -94,6 +94,8 @@ func New(cfg Config) *Server {
 		r.Delete("/jobs/{job}", s.deleteJob)
 		r.Post("/jobs/{job}/predict", s.predict)
 		r.Get("/jobs/{job}/model", s.model)
+		r.Get("/jobs/{job}/topk", s.topK)
+		r.Get("/jobs/{job}/distinct", s.distinct)
 		r.Get("/ws", s.ws)
 	})
 	if cfg.Dashboard != nil {

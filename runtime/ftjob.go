@@ -86,6 +86,9 @@ type stateUnit struct {
 	atRisk      int64          // of those, the ones not in the item log
 	deltas      int            // delta backups since the last full one
 
+	theta  atomic.Uint64 // θ as float64 bits, for due
+	budget atomic.Int64  // l, for due
+
 	stats struct {
 		full, delta, bytes atomic.Int64
 		last               atomic.Int64 // unix ms of the last backup written
@@ -167,6 +170,19 @@ func (f *jobFT) setThresholds() {
 	for _, p := range f.parts {
 		p.l.Store(int64(l))
 	}
+	for _, u := range f.units {
+		th := u.ctl.Thresholds()
+		u.theta.Store(math.Float64bits(th.Theta))
+		u.budget.Store(int64(th.L))
+	}
+}
+
+// due says, without a lock, whether the unit should fold what it did into
+// a backup decision now: its divergence passed θ or its events at risk
+// passed l. Kinds that change their state event by event call it after
+// each event, so that θ and l hold to the event.
+func (u *stateUnit) due(div float64, atRisk int) bool {
+	return div > math.Float64frombits(u.theta.Load()) || int64(atRisk) > u.budget.Load()
 }
 
 // gamma is γ of each partition: how many events it may learn before it

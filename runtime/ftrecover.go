@@ -85,6 +85,9 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	// sequence number handed out, so the next recovery does not count the
 	// same loss again.
 	f.recovered(covered)
+	if hadData && !clean {
+		f.compensate(rep.LostRanges)
+	}
 	var alpha float64
 	for _, u := range f.units {
 		alpha = max(alpha, u.op.alpha())
@@ -99,6 +102,32 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	}
 	rep.DurationMs = float64(time.Since(start).Microseconds()) / 1e3
 	return rep, nil
+}
+
+// compensator is implemented by units whose reported bounds widen after a
+// recovery (one-sided sketches): theta is the divergence the unit may have
+// lost from its state, lost the events of its partitions that are gone.
+type compensator interface {
+	compensate(theta float64, lost int64)
+}
+
+// compensate widens the bounds of the units that report them. The state
+// may have diverged by up to θ before the crash, θ being the threshold in
+// force then: twice the one now, after this recovery's halving.
+func (f *jobFT) compensate(lostRanges [][][2]uint64) {
+	for _, u := range f.units {
+		c, ok := u.op.(compensator)
+		if !ok {
+			continue
+		}
+		var lost int64
+		for _, p := range u.parts {
+			for _, r := range lostRanges[p] {
+				lost += int64(r[1] - r[0] + 1)
+			}
+		}
+		c.compensate(2*u.ctl.Thresholds().Theta, lost)
+	}
 }
 
 // recovered tells every unit which events it holds, from per-partition

@@ -11,10 +11,12 @@ const (
 	TypeStats      = "stats"
 	TypeBackup     = "backup"   // a state backup was written
 	TypeRecovery   = "recovery" // a job restarted from its backups
+	TypeTopK       = "topk"     // a heavy_hitters job's top k changed
+	TypeDistinct   = "distinct" // a distinct job's count changed
 )
 
 // OutputTypes lists the message types of the WebSocket feed.
-var OutputTypes = []string{TypePrediction, TypeStats, TypeBackup, TypeRecovery}
+var OutputTypes = []string{TypePrediction, TypeStats, TypeBackup, TypeRecovery, TypeTopK, TypeDistinct}
 
 // Hub fans outputs of partitions out to subscribers. Publishing never
 // blocks: each subscriber has a bounded backlog, and a message that does

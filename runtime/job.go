@@ -273,6 +273,10 @@ type JobStatus struct {
 	// FT is the fault-tolerance view; absent when the job has none.
 	FT *FTStatus `json:"ft,omitempty"`
 
+	// heavy_hitters: the current window's top k; distinct: its count.
+	TopK     *TopK          `json:"topk,omitempty"`
+	Distinct *DistinctCount `json:"distinct,omitempty"`
+
 	// logreg
 	Model   *learners.Snapshot `json:"model,omitempty"`
 	Metrics *learners.Metrics  `json:"metrics,omitempty"`

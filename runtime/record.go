@@ -25,6 +25,8 @@ type Record struct {
 	// Label is -1 when the event has no label, else 0 or 1.
 	Label    int8
 	Features []learners.Feature
+	// Values are the values of the field a synopsis counts.
+	Values []string
 }
 
 // InputError says which event of a request and which field is wrong.
@@ -83,6 +85,7 @@ func readFields(p *Params) (Fields, error) {
 // valid for as long as a record holds them.
 type arena struct {
 	feats []learners.Feature
+	vals  []string
 	bytes []byte
 }
 
@@ -215,7 +218,7 @@ func appendFeatures(dst []learners.Feature, v *fastjson.Value, field string) ([]
 
 // recordVersion is the first byte of an encoded record, so the item log
 // format can grow with new kinds.
-const recordVersion = 1
+const recordVersion = 2
 
 // appendRecord encodes r (without its Seq, which the item log keeps) for
 // the item log.
@@ -229,6 +232,11 @@ func appendRecord(b []byte, r *Record) []byte {
 	for _, f := range r.Features {
 		b = binary.LittleEndian.AppendUint64(b, f.Hash)
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f.Value))
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.Values)))
+	for _, v := range r.Values {
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
 	}
 	return b
 }
@@ -260,7 +268,7 @@ func decodeRecord(data []byte, r *Record, a *arena) error {
 	r.Key = a.str(p[n : n+int(kl)])
 	p = p[n+int(kl):]
 	nf, n := binary.Uvarint(p)
-	if n <= 0 || nf > uint64(len(p)) || uint64(len(p)-n) != nf*16 {
+	if n <= 0 || nf > uint64(len(p)) || uint64(len(p)-n) < nf*16 {
 		return errBadRecord
 	}
 	p = p[n:]
@@ -272,5 +280,24 @@ func decodeRecord(data []byte, r *Record, a *arena) error {
 		})
 	}
 	r.Features = a.feats[start:len(a.feats):len(a.feats)]
+	p = p[16*nf:]
+	nv, n := binary.Uvarint(p)
+	if n <= 0 || nv > uint64(len(p)) {
+		return errBadRecord
+	}
+	p = p[n:]
+	vstart := len(a.vals)
+	for range nv {
+		vl, n := binary.Uvarint(p)
+		if n <= 0 || uint64(len(p)-n) < vl {
+			return errBadRecord
+		}
+		a.vals = append(a.vals, a.str(p[n:n+int(vl)]))
+		p = p[n+int(vl):]
+	}
+	if len(p) != 0 {
+		return errBadRecord
+	}
+	r.Values = a.vals[vstart:len(a.vals):len(a.vals)]
 	return nil
 }

@@ -59,7 +59,11 @@ type FTSpec struct {
 }
 
 // defaultDivergence is Θ's default per kind, in the kind's unit.
-var defaultDivergence = map[string]float64{"logreg": 10}
+var defaultDivergence = map[string]float64{
+	"logreg":        10,   // Euclidean distance of the weights
+	"heavy_hitters": 1000, // largest counter difference
+	"distinct":      64,   // HyperLogLog registers changed
+}
 
 func (f *FTSpec) validate(kind string) error {
 	if f.Mode == "" {
@@ -110,7 +114,9 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 // kinds maps a kind name to the constructor of its jobs. Each kind reads
 // and checks its own params.
 var kinds = map[string]func(spec Spec, p *Params) (kindJob, error){
-	"logreg": newLogregJob,
+	"logreg":        newLogregJob,
+	"heavy_hitters": newHHJob,
+	"distinct":      newDistinctJob,
 }
 
 // Kinds lists the job kinds this build knows, sorted.

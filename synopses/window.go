@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"time"
 
@@ -124,19 +125,33 @@ func (w *windows[S]) open(idx int64) *window[S] {
 
 // Widen widens every window now and those a lost event may have opened.
 func (w *windows[S]) Widen(by uint64) {
-	if w.cur == nil {
-		return
+	after := int64(math.MinInt64) // no window yet: the first to open owes it
+	if w.cur != nil {
+		for _, x := range w.closed {
+			w.widen(x.s, by)
+		}
+		w.widen(w.cur.s, by)
+		after = w.cur.idx
 	}
-	for _, x := range w.closed {
-		w.widen(x.s, by)
+	w.pend = append(w.pend, pendingWiden{by: by, after: after, open: true})
+}
+
+// empty is the summary reported while no window exists: widened by what
+// the first window will owe, so that a recovery that lost every event
+// still reports bounds that hold.
+func (w *windows[S]) empty() S {
+	s := w.newS()
+	for _, p := range w.pend {
+		if p.open {
+			w.widen(s, p.by)
+		}
 	}
-	w.widen(w.cur.s, by)
-	w.pend = append(w.pend, pendingWiden{by: by, after: w.cur.idx, open: true})
+	return s
 }
 
 func (w *windows[S]) current() (Span, S) {
 	if w.cur == nil {
-		return Span{}, w.newS()
+		return Span{}, w.empty()
 	}
 	return w.span(w.cur.idx), w.clone(w.cur.s)
 }
@@ -153,10 +168,10 @@ func (w *windows[S]) last() (Span, S) {
 }
 
 func (w *windows[S]) all() (Span, S) {
-	s := w.newS()
 	if w.cur == nil {
-		return Span{}, s
+		return Span{}, w.empty()
 	}
+	s := w.newS()
 	sp := w.span(w.cur.idx)
 	for _, x := range w.closed {
 		w.merge(s, x.s)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -339,5 +340,73 @@ func TestThresholdsResetAtWindowEnd(t *testing.T) {
 	}
 	if v.FT.StateThresholds.Theta != 0.5 {
 		t.Fatalf("theta %v after the reset", v.FT.StateThresholds.Theta)
+	}
+}
+
+// After kill -9 crashes, the heavy hitters' bounds still contain every true
+// count (they are widened by what may have been lost), and the distinct
+// count's bounds contain the true cardinality.
+func TestKill9SynopsesBoundsHold(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, `{"jobs":[
+		{"name":"top","kind":"heavy_hitters","input":"clicks","partitions":2,"params":{"field":"item","k":20,"counters":200},"ft":{"max_pending":100000}},
+		{"name":"users","kind":"distinct","input":"clicks","partitions":2,"params":{"field":"user","precision":12},"ft":{"max_pending":100000}}]}`)
+	r := rand.New(rand.NewPCG(3, 4))
+	z := rand.NewZipf(r, 1.1, 1, 9999)
+	counts, users := map[string]int{}, map[string]bool{}
+	for run := 0; run <= 3; run++ {
+		p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
+		url := p.url()
+		if run > 0 {
+			var top struct {
+				Items []struct {
+					Key          string
+					Lower, Upper uint64
+				}
+				MaxUntracked uint64 `json:"max_untracked"`
+			}
+			getJSON(t, url+"/v1/jobs/top/topk?k=20&window=all", &top)
+			var v ftView
+			getJSON(t, url+"/v1/jobs/top", &v)
+			t.Logf("run %d: heavy hitters lost %d events (bound %d); %d items listed, max_untracked %d",
+				run, v.FT.Recovery.Lost, v.FT.Recovery.Bound.Events, len(top.Items), top.MaxUntracked)
+			for _, it := range top.Items {
+				if c := uint64(counts[it.Key]); c > it.Upper {
+					t.Fatalf("run %d: %s counted %d, upper bound %d", run, it.Key, c, it.Upper)
+				}
+			}
+			// No true heavy hitter is missed: every item heavier than the
+			// bound of an untracked one is listed.
+			listed := map[string]bool{}
+			for _, it := range top.Items {
+				listed[it.Key] = true
+			}
+			for k, c := range counts {
+				if uint64(c) > top.MaxUntracked && !listed[k] && len(top.Items) < 20 {
+					t.Fatalf("run %d: %s (%d) above max_untracked %d but not listed", run, k, c, top.MaxUntracked)
+				}
+			}
+			var d struct{ Estimate, Lower, Upper uint64 }
+			getJSON(t, url+"/v1/jobs/users/distinct?window=all", &d)
+			if n := uint64(len(users)); d.Upper < n {
+				t.Fatalf("run %d: %d users, distinct upper bound %d (estimate %d)", run, n, d.Upper, d.Estimate)
+			}
+		}
+		if run == 3 {
+			break
+		}
+		var body []byte
+		for range 20000 {
+			item, user := fmt.Sprintf("i%d", z.Uint64()), fmt.Sprintf("u%d", r.IntN(5000))
+			counts[item]++
+			users[user] = true
+			body = fmt.Appendf(body, "{\"user\":%q,\"item\":%q}\n", user, item)
+		}
+		resp, err := http.Post(url+"/v1/streams/clicks/events", "application/x-ndjson", bytes.NewReader(body))
+		if err != nil || resp.StatusCode != 202 {
+			t.Fatalf("post: %v %v", err, resp)
+		}
+		resp.Body.Close()
+		kill9(t, p)
 	}
 }

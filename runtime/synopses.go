@@ -1,0 +1,586 @@
+package runtime
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mlstream/mlstream/synopses"
+	"github.com/valyala/fastjson"
+)
+
+// The synopsis kinds, heavy_hitters and distinct: each partition keeps its
+// own summary of a field's values (tumbling event-time windows, or one
+// window for the whole stream), publishes a copy every publishEvery, and a
+// query merges the partitions' copies (mergeable summaries). Each
+// partition's summary is its own unit of state for fault tolerance.
+
+// wholeStream is the window size that makes one window of the whole
+// stream: no event time reaches its end.
+const wholeStream = time.Duration(math.MaxInt64)
+
+// synopsisParams are the params both kinds share.
+type synopsisParams struct {
+	fields Fields
+	field  string
+	window time.Duration // wholeStream when none
+	keep   int
+}
+
+func readSynopsisParams(p *Params) (synopsisParams, error) {
+	var sp synopsisParams
+	var err error
+	if sp.field, err = p.String("field", ""); err != nil {
+		return sp, err
+	}
+	if sp.field == "" {
+		return sp, perr("field", "required: the event field whose values are counted")
+	}
+	w, err := p.String("window", "none")
+	if err != nil {
+		return sp, err
+	}
+	sp.window = wholeStream
+	if w != "none" {
+		d, err := time.ParseDuration(w)
+		if err != nil || d < time.Millisecond {
+			return sp, perr("window", "must be none or a duration of at least 1ms such as 10s or 1m, got %q", w)
+		}
+		sp.window = d
+	}
+	if sp.keep, err = p.Int("keep", 3, 1, 1000); err != nil {
+		return sp, err
+	}
+	if sp.fields, err = readFields(p); err != nil {
+		return sp, err
+	}
+	return sp, nil
+}
+
+// extract reads the key, event time and the field's values: a string,
+// number or boolean is one value; an array gives each element; an object
+// gives its keys.
+func (sp synopsisParams) extract(v *fastjson.Value, rec *Record, a *arena, now int64) error {
+	var err error
+	if rec.Key, err = extractKey(v, sp.fields.Key, a); err != nil {
+		return err
+	}
+	if rec.TS, err = extractTS(v, sp.fields.TS, now); err != nil {
+		return err
+	}
+	rec.Label = -1
+	x := v.Get(sp.field)
+	if x == nil {
+		return badField(sp.field, "required")
+	}
+	start := len(a.vals)
+	switch x.Type() {
+	case fastjson.TypeArray:
+		elems, _ := x.Array()
+		for i, e := range elems {
+			s, ok := scalarText(e, a)
+			if !ok {
+				return badField(sp.field+"["+strconv.Itoa(i)+"]", "must be a string, number or boolean, got %s", e.Type())
+			}
+			a.vals = append(a.vals, s)
+		}
+	case fastjson.TypeObject:
+		o, _ := x.Object()
+		o.Visit(func(k []byte, _ *fastjson.Value) { a.vals = append(a.vals, a.str(k)) })
+	default:
+		s, ok := scalarText(x, a)
+		if !ok {
+			return badField(sp.field, "must be a string, number, boolean, array or object, got %s", x.Type())
+		}
+		a.vals = append(a.vals, s)
+	}
+	rec.Values = a.vals[start:len(a.vals):len(a.vals)]
+	return nil
+}
+
+// scalarText is a string's value, or a number's or boolean's JSON text.
+func scalarText(v *fastjson.Value, a *arena) (string, bool) {
+	switch v.Type() {
+	case fastjson.TypeString:
+		b, _ := v.StringBytes()
+		return a.str(b), true
+	case fastjson.TypeNumber, fastjson.TypeTrue, fastjson.TypeFalse:
+		return a.str(v.MarshalTo(nil)), true
+	}
+	return "", false
+}
+
+// Windows of a synopsis query.
+const (
+	WindowCurrent = "current"
+	WindowLast    = "last"
+	WindowAll     = "all"
+)
+
+// synPart is what the two kinds' partitions share: the bookkeeping of
+// fault tolerance and of published copies.
+type synPart struct {
+	index     int
+	lastSeq   uint64
+	unlogged  int // events since the last check that are not in the item log
+	pending   int // events since the last check
+	maxVals   int // most values in one event: α
+	processed int64
+	unit      *stateUnit // nil without fault tolerance
+	pubAt     time.Time
+}
+
+// observe records one processed event; after it, check tells fault
+// tolerance when a backup may be due.
+func (s *synPart) observe(r *Record, logged bool) {
+	s.lastSeq = r.Seq
+	s.maxVals = max(s.maxVals, len(r.Values))
+	s.pending++
+	if !logged {
+		s.unlogged++
+	}
+}
+
+// check hands the events since the last check to fault tolerance when the
+// state's divergence or the events at risk passed their thresholds (or at
+// the end of a batch, force), so that they hold to the event.
+func (s *synPart) check(div float64, force bool) {
+	if s.unit == nil || s.pending == 0 || !force && !s.unit.due(div, s.unlogged) {
+		return
+	}
+	s.processed += int64(s.pending)
+	s.unit.merged(s.pending, s.unlogged, s.processed)
+	s.pending, s.unlogged = 0, 0
+}
+
+func (s *synPart) partitions() []int           { return []int{s.index} }
+func (s *synPart) stateSeqs() []uint64         { return []uint64{s.lastSeq} }
+func (s *synPart) recoveredSeqs(seqs []uint64) { s.lastSeq = seqs[0] }
+
+// ---- heavy_hitters ----
+
+// hhJob is kind heavy_hitters. Params: field, k (items reported by
+// default, 20), counters (per summary, 2000), window (none or a duration),
+// keep (closed windows kept, 3), key_field, ts_field.
+type hhJob struct {
+	sp       synopsisParams
+	k        int
+	counters int
+	parts    []*hhPart
+	ft       *jobFT
+	lastKeys []string // of the last topk message; only the sampler touches it
+}
+
+func newHHJob(spec Spec, p *Params) (kindJob, error) {
+	sp, err := readSynopsisParams(p)
+	if err != nil {
+		return nil, err
+	}
+	j := &hhJob{sp: sp}
+	if j.k, err = p.Int("k", 20, 1, 100_000); err != nil {
+		return nil, err
+	}
+	if j.counters, err = p.Int("counters", 2000, 1, 10_000_000); err != nil {
+		return nil, err
+	}
+	if j.counters < j.k {
+		return nil, perr("counters", "must be at least k (%d), got %d", j.k, j.counters)
+	}
+	return j, nil
+}
+
+func (j *hhJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64) error {
+	return j.sp.extract(v, rec, a, now)
+}
+
+func (j *hhJob) newPartition(index int, out emitter) partitionOp {
+	p := &hhPart{synPart: synPart{index: index}, job: j, sk: synopses.NewWindowedHH(j.counters, j.sp.window, j.sp.keep)}
+	p.publish(time.Now())
+	j.parts = append(j.parts, p)
+	return p
+}
+
+// hhPart is one partition's heavy hitters.
+type hhPart struct {
+	synPart
+	job *hhJob
+	sk  *synopses.WindowedHH
+	pub struct {
+		sync.Mutex
+		views         map[string]synView[*synopses.HeavyHitters]
+		late, dropped uint64
+	}
+}
+
+// synView is a published copy of one window of a summary.
+type synView[S any] struct {
+	span synopses.Span
+	sum  S
+}
+
+func (p *hhPart) process(recs []Record, logged bool) {
+	for i := range recs {
+		r := &recs[i]
+		p.observe(r, logged)
+		for _, v := range r.Values {
+			p.sk.Update(v, 1, r.TS)
+		}
+		p.check(p.sk.StateDivergence(), false)
+	}
+	p.check(0, true)
+	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
+		p.publish(now)
+	}
+}
+
+func (p *hhPart) idle() { p.publish(time.Now()) }
+
+func (p *hhPart) publish(now time.Time) {
+	views := map[string]synView[*synopses.HeavyHitters]{}
+	for name, f := range map[string]func() (synopses.Span, *synopses.HeavyHitters){
+		WindowCurrent: p.sk.Current, WindowLast: p.sk.Last, WindowAll: p.sk.All,
+	} {
+		span, sum := f()
+		views[name] = synView[*synopses.HeavyHitters]{span, sum}
+	}
+	p.pub.Lock()
+	p.pub.views, p.pub.late, p.pub.dropped = views, p.sk.Late(), p.sk.Dropped()
+	p.pub.Unlock()
+	p.pubAt = now
+}
+
+// TopK is the answer to GET /v1/jobs/{job}/topk.
+type TopK struct {
+	Job    string `json:"job"`
+	Window string `json:"window"`
+	// Start and End bound the window in event time (epoch ms); absent for
+	// the whole stream.
+	Start int64           `json:"start,omitempty"`
+	End   int64           `json:"end,omitempty"`
+	Items []synopses.Item `json:"items"`
+	Total uint64          `json:"total"`
+	// MaxUntracked bounds the count of any item not listed.
+	MaxUntracked uint64 `json:"max_untracked"`
+	Late         uint64 `json:"late"`
+	Dropped      uint64 `json:"dropped"`
+}
+
+// topK merges the partitions' published copies of a window.
+func (j *hhJob) topK(window string, k int) TopK {
+	merged := synopses.NewHeavyHitters(j.counters)
+	out := TopK{Window: window}
+	for _, p := range j.parts {
+		p.pub.Lock()
+		v := p.pub.views[window]
+		out.Late += p.pub.late
+		out.Dropped += p.pub.dropped
+		p.pub.Unlock()
+		merged.Merge(v.sum)
+		if j.sp.window != wholeStream {
+			out.Start, out.End = v.span.Start, v.span.End
+		}
+	}
+	out.Items, out.Total, out.MaxUntracked = merged.TopK(k), merged.Total(), merged.MaxUntracked()
+	return out
+}
+
+func (j *hhJob) status(st *JobStatus, detail bool) {
+	t := j.topK(WindowCurrent, j.k)
+	st.TopK = &t
+}
+
+// announce publishes the current window's top k when its items or their
+// order changed.
+func (j *hhJob) announce(hub *Hub, job string, now time.Time) {
+	if !hub.Wants(job, TypeTopK) {
+		return
+	}
+	t := j.topK(WindowCurrent, j.k)
+	keys := make([]string, len(t.Items))
+	for i, it := range t.Items {
+		keys[i] = it.Key
+	}
+	if slices.Equal(keys, j.lastKeys) {
+		return
+	}
+	j.lastKeys = keys
+	t.Job = job
+	if msg, err := json.Marshal(map[string]any{"type": TypeTopK, "job": job, "ts": now.UnixMilli(), "topk": t}); err == nil {
+		hub.Publish(job, TypeTopK, msg)
+	}
+}
+
+// TopK answers a heavy_hitters job's query.
+func (j *Job) TopK(window string, k int) (TopK, error) {
+	hj, ok := j.kind.(*hhJob)
+	if !ok {
+		return TopK{}, fmt.Errorf("%w: job %q is of kind %q; top-k needs kind heavy_hitters", ErrNotSupported, j.spec.Name, j.spec.Kind)
+	}
+	if err := checkWindow(window); err != nil {
+		return TopK{}, err
+	}
+	if k <= 0 {
+		k = hj.k
+	}
+	t := hj.topK(window, min(k, hj.counters))
+	t.Job = j.spec.Name
+	return t, nil
+}
+
+// ErrBadWindow is a query for a window that is not current, last or all.
+var ErrBadWindow = fmt.Errorf("runtime: window must be %s, %s or %s", WindowCurrent, WindowLast, WindowAll)
+
+func checkWindow(w string) error {
+	switch w {
+	case WindowCurrent, WindowLast, WindowAll:
+		return nil
+	}
+	return ErrBadWindow
+}
+
+// Fault tolerance: one unit per partition.
+
+func (j *hhJob) units() []stateful {
+	out := make([]stateful, len(j.parts))
+	for i, p := range j.parts {
+		out[i] = p
+	}
+	return out
+}
+
+func (j *hhJob) setFT(f *jobFT) {
+	j.ft = f
+	for i, p := range j.parts {
+		p.unit = f.units[i]
+	}
+}
+
+func (p *hhPart) StateDivergence() float64                 { return p.sk.StateDivergence() }
+func (p *hhPart) BackupState(w io.Writer, full bool) error { return p.sk.BackupState(w, full) }
+func (p *hhPart) RecoverState(r io.Reader) error           { return p.sk.RecoverState(r) }
+func (p *hhPart) alpha() float64                           { return float64(max(p.maxVals, 1)) }
+
+// recovered publishes the restored summary at once: queries must not wait
+// for the first event.
+func (p *hhPart) recovered(seqs []uint64) {
+	p.recoveredSeqs(seqs)
+	p.publish(time.Now())
+}
+
+// compensate widens the bounds after a recovery by the most any item can
+// have lost: α per lost event (lost counts every event after the restored
+// backup that was not replayed, so also those the state held at the
+// crash), plus θ for good measure: AF-Stream's Count-Min compensation, here
+// for Space-Saving, so no true heavy hitter is missed.
+func (p *hhPart) compensate(theta float64, lost int64) {
+	p.sk.Widen(uint64(math.Ceil(theta)) + uint64(lost)*uint64(p.alpha()))
+	p.publish(time.Now())
+}
+
+// ---- distinct ----
+
+// distinctJob is kind distinct. Params: field, precision (HyperLogLog,
+// 4..18, default 14), window (none or a duration), keep (closed windows
+// kept, 3), key_field, ts_field.
+type distinctJob struct {
+	sp        synopsisParams
+	precision uint8
+	parts     []*distinctPart
+	ft        *jobFT
+	last      uint64 // estimate of the last distinct message; only the sampler touches it
+}
+
+func newDistinctJob(spec Spec, p *Params) (kindJob, error) {
+	sp, err := readSynopsisParams(p)
+	if err != nil {
+		return nil, err
+	}
+	prec, err := p.Int("precision", 14, 4, 18)
+	if err != nil {
+		return nil, err
+	}
+	return &distinctJob{sp: sp, precision: uint8(prec)}, nil
+}
+
+func (j *distinctJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64) error {
+	return j.sp.extract(v, rec, a, now)
+}
+
+func (j *distinctJob) newPartition(index int, out emitter) partitionOp {
+	sk, err := synopses.NewWindowedDistinct(j.precision, j.sp.window, j.sp.keep)
+	if err != nil {
+		panic(err) // precision was checked by newDistinctJob
+	}
+	p := &distinctPart{synPart: synPart{index: index}, job: j, sk: sk}
+	p.publish(time.Now())
+	j.parts = append(j.parts, p)
+	return p
+}
+
+// distinctPart is one partition's distinct counter.
+type distinctPart struct {
+	synPart
+	job *distinctJob
+	sk  *synopses.WindowedDistinct
+	pub struct {
+		sync.Mutex
+		views         map[string]synView[*synopses.Distinct]
+		late, dropped uint64
+		// lostValues counts the values of events lost in crashes: each can
+		// be a distinct value the sketch never saw.
+		lostValues uint64
+	}
+}
+
+func (p *distinctPart) process(recs []Record, logged bool) {
+	for i := range recs {
+		r := &recs[i]
+		p.observe(r, logged)
+		for _, v := range r.Values {
+			p.sk.InsertString(v, r.TS)
+		}
+		p.check(p.sk.StateDivergence(), false)
+	}
+	p.check(0, true)
+	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
+		p.publish(now)
+	}
+}
+
+func (p *distinctPart) idle() { p.publish(time.Now()) }
+
+func (p *distinctPart) publish(now time.Time) {
+	views := map[string]synView[*synopses.Distinct]{}
+	for name, f := range map[string]func() (synopses.Span, *synopses.Distinct){
+		WindowCurrent: p.sk.Current, WindowLast: p.sk.Last, WindowAll: p.sk.All,
+	} {
+		span, sum := f()
+		views[name] = synView[*synopses.Distinct]{span, sum}
+	}
+	p.pub.Lock()
+	p.pub.views, p.pub.late, p.pub.dropped = views, p.sk.Late(), p.sk.Dropped()
+	p.pub.Unlock()
+	p.pubAt = now
+}
+
+// DistinctCount is the answer to GET /v1/jobs/{job}/distinct.
+type DistinctCount struct {
+	Job      string `json:"job"`
+	Window   string `json:"window"`
+	Start    int64  `json:"start,omitempty"`
+	End      int64  `json:"end,omitempty"`
+	Estimate uint64 `json:"estimate"`
+	// StdError is the relative standard error of the estimate; Lower and
+	// Upper are three standard errors around it, widened after a recovery
+	// by the registers that may have been lost.
+	StdError float64 `json:"std_error"`
+	Lower    uint64  `json:"lower"`
+	Upper    uint64  `json:"upper"`
+	Late     uint64  `json:"late"`
+	Dropped  uint64  `json:"dropped"`
+}
+
+func (j *distinctJob) count(window string) DistinctCount {
+	out := DistinctCount{Window: window}
+	var merged *synopses.Distinct
+	var lost uint64
+	for _, p := range j.parts {
+		p.pub.Lock()
+		v := p.pub.views[window]
+		out.Late += p.pub.late
+		out.Dropped += p.pub.dropped
+		lost += p.pub.lostValues
+		p.pub.Unlock()
+		if merged == nil {
+			merged = v.sum.Clone()
+		} else if err := merged.Merge(v.sum); err != nil {
+			panic(err) // same precision everywhere
+		}
+		if j.sp.window != wholeStream {
+			out.Start, out.End = v.span.Start, v.span.End
+		}
+	}
+	out.Estimate, out.StdError = merged.Estimate(), merged.StdError()
+	out.Lower, out.Upper = merged.Bounds(3)
+	out.Upper += lost
+	return out
+}
+
+func (j *distinctJob) status(st *JobStatus, detail bool) {
+	c := j.count(WindowCurrent)
+	st.Distinct = &c
+}
+
+// announce publishes the current window's count when it changed.
+func (j *distinctJob) announce(hub *Hub, job string, now time.Time) {
+	if !hub.Wants(job, TypeDistinct) {
+		return
+	}
+	c := j.count(WindowCurrent)
+	if c.Estimate == j.last {
+		return
+	}
+	j.last = c.Estimate
+	c.Job = job
+	if msg, err := json.Marshal(map[string]any{"type": TypeDistinct, "job": job, "ts": now.UnixMilli(), "distinct": c}); err == nil {
+		hub.Publish(job, TypeDistinct, msg)
+	}
+}
+
+// Distinct answers a distinct job's query.
+func (j *Job) Distinct(window string) (DistinctCount, error) {
+	dj, ok := j.kind.(*distinctJob)
+	if !ok {
+		return DistinctCount{}, fmt.Errorf("%w: job %q is of kind %q; a distinct count needs kind distinct", ErrNotSupported, j.spec.Name, j.spec.Kind)
+	}
+	if err := checkWindow(window); err != nil {
+		return DistinctCount{}, err
+	}
+	c := dj.count(window)
+	c.Job = j.spec.Name
+	return c, nil
+}
+
+func (j *distinctJob) units() []stateful {
+	out := make([]stateful, len(j.parts))
+	for i, p := range j.parts {
+		out[i] = p
+	}
+	return out
+}
+
+func (j *distinctJob) setFT(f *jobFT) {
+	j.ft = f
+	for i, p := range j.parts {
+		p.unit = f.units[i]
+	}
+}
+
+func (p *distinctPart) StateDivergence() float64                 { return p.sk.StateDivergence() }
+func (p *distinctPart) BackupState(w io.Writer, full bool) error { return p.sk.BackupState(w, full) }
+func (p *distinctPart) RecoverState(r io.Reader) error           { return p.sk.RecoverState(r) }
+
+// alpha: one event raises at most one register per value.
+func (p *distinctPart) alpha() float64 { return float64(max(p.maxVals, 1)) }
+
+func (p *distinctPart) recovered(seqs []uint64) {
+	p.recoveredSeqs(seqs)
+	p.publish(time.Now())
+}
+
+// compensate widens the bounds after a crash: the sketch by the registers
+// it may have lost (θ of the unit plus α per lost event), and the upper
+// bound by the values of the lost events, each possibly one more distinct
+// value.
+func (p *distinctPart) compensate(theta float64, lost int64) {
+	p.sk.Widen(int(math.Ceil(theta)) + int(lost)*int(p.alpha()))
+	p.pub.Lock()
+	p.pub.lostValues += uint64(lost) * uint64(p.alpha())
+	p.pub.Unlock()
+	p.publish(time.Now())
+}
