@@ -142,3 +142,48 @@ func TestFTSpecErrors(t *testing.T) {
 		}
 	}
 }
+
+// Windowed heavy hitters: windows close at their event-time boundaries,
+// late events go to their window and are counted, too-late ones are
+// counted as dropped, and every window end is backed up.
+func TestWindowedHeavyHitters(t *testing.T) {
+	e := ftEngine(t, t.TempDir())
+	defer e.Close(context.Background())
+	spec := Spec{Name: "hh", Kind: "heavy_hitters", Input: "s", Partitions: 1,
+		Params: map[string]any{"field": "item", "k": 5, "counters": 50, "window": "1s", "keep": 1}}
+	j := mustPut(t, e, spec)
+	ev := func(item string, ts int) string { return fmt.Sprintf(`{"item":%q,"ts":%d}`, item, ts) }
+	for _, batch := range [][]string{
+		{ev("a", 100), ev("a", 200), ev("b", 900)}, // window 0
+		{ev("c", 1100)},                            // opens window 1, closes 0
+		{ev("a", 500)},                             // late: window 0 is kept
+		{ev("d", 2500)},                            // opens window 2, closes 1; window 0 leaves
+		{ev("z", 300)},                             // older than every kept window: dropped
+	} {
+		if _, err := ingest(e, "s", batch...); err != nil {
+			t.Fatal(err)
+		}
+		waitIdle(t, j)
+	}
+	var cur, last TopK
+	waitFor := func(cond func() bool) {
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("current %+v, last %+v", cur, last)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor(func() bool {
+		cur, _ = j.TopK(WindowCurrent, 5)
+		last, _ = j.TopK(WindowLast, 5)
+		return cur.Total == 1 && last.Total == 1 && cur.Late == 1 && cur.Dropped == 1
+	})
+	if cur.Items[0].Key != "d" || cur.Start != 2000 || cur.End != 3000 || last.Items[0].Key != "c" {
+		t.Fatalf("current %+v, last %+v", cur, last)
+	}
+	if st := j.Status(false); st.FT.Backups.Delta+st.FT.Backups.Full < 3 {
+		t.Fatalf("window ends not backed up: %+v", st.FT.Backups)
+	}
+}

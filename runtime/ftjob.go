@@ -285,6 +285,19 @@ func (u *stateUnit) merged(events, unlogged int, processed int64) {
 	}
 }
 
+// windowEnded takes a backup of the unit at the end of one of its
+// event-time windows and resets its thresholds (a hopping window).
+func (u *stateUnit) windowEnded() {
+	f := u.f
+	f.mu.Lock()
+	if u.ctl.Failures() > 0 {
+		u.ctl.ResetWindow()
+		f.setThresholds()
+	}
+	f.mu.Unlock()
+	u.backup(false, u.op.StateDivergence())
+}
+
 // resetWindow restores the initial thresholds; f.mu held.
 func (f *jobFT) resetWindow() {
 	f.partCtl.ResetWindow()

@@ -146,6 +146,15 @@ func (s *synPart) observe(r *Record, logged bool) {
 	}
 }
 
+// windowEnded backs the summary up at a window's end, as AF-Stream backs
+// up punctuation items always, and resets the unit's thresholds: errors of
+// earlier windows no longer add up.
+func (s *synPart) windowEnded() {
+	if s.unit != nil {
+		s.unit.windowEnded()
+	}
+}
+
 // check hands the events since the last check to fault tolerance when the
 // state's divergence or the events at risk passed their thresholds (or at
 // the end of a batch, force), so that they hold to the event.
@@ -227,10 +236,15 @@ func (p *hhPart) process(recs []Record, logged bool) {
 	for i := range recs {
 		r := &recs[i]
 		p.observe(r, logged)
+		closed := false
 		for _, v := range r.Values {
-			p.sk.Update(v, 1, r.TS)
+			_, c := p.sk.Update(v, 1, r.TS)
+			closed = closed || c
 		}
-		p.check(p.sk.StateDivergence(), false)
+		p.check(p.sk.StateDivergence(), closed)
+		if closed {
+			p.windowEnded()
+		}
 	}
 	p.check(0, true)
 	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
@@ -441,10 +455,15 @@ func (p *distinctPart) process(recs []Record, logged bool) {
 	for i := range recs {
 		r := &recs[i]
 		p.observe(r, logged)
+		closed := false
 		for _, v := range r.Values {
-			p.sk.InsertString(v, r.TS)
+			_, c := p.sk.InsertString(v, r.TS)
+			closed = closed || c
 		}
-		p.check(p.sk.StateDivergence(), false)
+		p.check(p.sk.StateDivergence(), closed)
+		if closed {
+			p.windowEnded()
+		}
 	}
 	p.check(0, true)
 	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
