@@ -155,10 +155,10 @@ func TestWindowedHeavyHitters(t *testing.T) {
 	ev := func(item string, ts int) string { return fmt.Sprintf(`{"item":%q,"ts":%d}`, item, ts) }
 	for _, batch := range [][]string{
 		{ev("a", 100), ev("a", 200), ev("b", 900)}, // window 0
-		{ev("c", 1100)},                            // opens window 1, closes 0
-		{ev("a", 500)},                             // late: window 0 is kept
-		{ev("d", 2500)},                            // opens window 2, closes 1; window 0 leaves
-		{ev("z", 300)},                             // older than every kept window: dropped
+		{ev("c", 1100)}, // opens window 1, closes 0
+		{ev("a", 500)},  // late: window 0 is kept
+		{ev("d", 2500)}, // opens window 2, closes 1; window 0 leaves
+		{ev("z", 300)},  // older than every kept window: dropped
 	} {
 		if _, err := ingest(e, "s", batch...); err != nil {
 			t.Fatal(err)

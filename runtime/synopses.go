@@ -232,6 +232,25 @@ type synView[S any] struct {
 	sum  S
 }
 
+// windowViews copies the three windows a query can ask for.
+func windowViews[S any](current, last, all func() (synopses.Span, S)) map[string]synView[S] {
+	views := map[string]synView[S]{}
+	for name, f := range map[string]func() (synopses.Span, S){WindowCurrent: current, WindowLast: last, WindowAll: all} {
+		span, sum := f()
+		views[name] = synView[S]{span, sum}
+	}
+	return views
+}
+
+// unitsOf lists partitions as units of state, one each.
+func unitsOf[P stateful](parts []P) []stateful {
+	out := make([]stateful, len(parts))
+	for i, p := range parts {
+		out[i] = p
+	}
+	return out
+}
+
 func (p *hhPart) process(recs []Record, logged bool) {
 	for i := range recs {
 		r := &recs[i]
@@ -255,13 +274,7 @@ func (p *hhPart) process(recs []Record, logged bool) {
 func (p *hhPart) idle() { p.publish(time.Now()) }
 
 func (p *hhPart) publish(now time.Time) {
-	views := map[string]synView[*synopses.HeavyHitters]{}
-	for name, f := range map[string]func() (synopses.Span, *synopses.HeavyHitters){
-		WindowCurrent: p.sk.Current, WindowLast: p.sk.Last, WindowAll: p.sk.All,
-	} {
-		span, sum := f()
-		views[name] = synView[*synopses.HeavyHitters]{span, sum}
-	}
+	views := windowViews(p.sk.Current, p.sk.Last, p.sk.All)
 	p.pub.Lock()
 	p.pub.views, p.pub.late, p.pub.dropped = views, p.sk.Late(), p.sk.Dropped()
 	p.pub.Unlock()
@@ -359,13 +372,7 @@ func checkWindow(w string) error {
 
 // Fault tolerance: one unit per partition.
 
-func (j *hhJob) units() []stateful {
-	out := make([]stateful, len(j.parts))
-	for i, p := range j.parts {
-		out[i] = p
-	}
-	return out
-}
+func (j *hhJob) units() []stateful { return unitsOf(j.parts) }
 
 func (j *hhJob) setFT(f *jobFT) {
 	j.ft = f
@@ -474,13 +481,7 @@ func (p *distinctPart) process(recs []Record, logged bool) {
 func (p *distinctPart) idle() { p.publish(time.Now()) }
 
 func (p *distinctPart) publish(now time.Time) {
-	views := map[string]synView[*synopses.Distinct]{}
-	for name, f := range map[string]func() (synopses.Span, *synopses.Distinct){
-		WindowCurrent: p.sk.Current, WindowLast: p.sk.Last, WindowAll: p.sk.All,
-	} {
-		span, sum := f()
-		views[name] = synView[*synopses.Distinct]{span, sum}
-	}
+	views := windowViews(p.sk.Current, p.sk.Last, p.sk.All)
 	p.pub.Lock()
 	p.pub.views, p.pub.late, p.pub.dropped = views, p.sk.Late(), p.sk.Dropped()
 	p.pub.Unlock()
@@ -565,13 +566,7 @@ func (j *Job) Distinct(window string) (DistinctCount, error) {
 	return c, nil
 }
 
-func (j *distinctJob) units() []stateful {
-	out := make([]stateful, len(j.parts))
-	for i, p := range j.parts {
-		out[i] = p
-	}
-	return out
-}
+func (j *distinctJob) units() []stateful { return unitsOf(j.parts) }
 
 func (j *distinctJob) setFT(f *jobFT) {
 	j.ft = f
