@@ -38,6 +38,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	o.extraSpecs = []runtime.Spec{{
 		Name: demoJob, Kind: "logreg", Input: demoStream,
 		Params: map[string]any{"hash_bits": 18, "window": 5000},
+	}, {
+		Name: "top-features", Kind: "heavy_hitters", Input: demoStream,
+		Params: map[string]any{"field": "features", "k": 10, "counters": 500, "window": "10s"},
+	}, {
+		Name: "users", Kind: "distinct", Input: demoStream,
+		Params: map[string]any{"field": "key"},
 	}}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -48,6 +54,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		url := dashboardURL(addr)
 		fmt.Fprintf(stdout, "mlstream demo: dashboard at %s\n", url)
 		fmt.Fprintf(stdout, "  job %q (logreg) learns from stream %q: %d events/s from a known true model, which drifts after %d events\n", demoJob, demoStream, *rate, *drift)
+		fmt.Fprintf(stdout, "  jobs \"top-features\" (heavy hitters, 10 s windows) and \"users\" (distinct keys) read it too\n")
 		fmt.Fprintf(stdout, "  try: curl %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
 		go func() {
 			defer close(genDone)

@@ -31,6 +31,8 @@ function onStats(m) {
   $(j.el, ".dropped").textContent = int(m.dropped);
   if (s.model) $(j.el, ".version").textContent = int(s.model.version);
   if (s.ft) onFT(j, s.ft);
+  if (s.topk) renderTopK(j, s.topk);
+  if (s.distinct) renderDistinct(j, s.distinct);
   if (s.metrics) {
     $(j.el, ".acc").textContent = fmt(s.metrics.recent.accuracy);
     $(j.el, ".auc").textContent = fmt(s.metrics.recent.auc);
@@ -39,6 +41,35 @@ function onStats(m) {
     draw($(j.el, ".acc-chart"), j.acc);
     draw($(j.el, ".loss-chart"), j.loss);
   }
+}
+
+function renderTopK(j, t) {
+  j.el.classList.add("no-model");
+  const box = $(j.el, ".synopsis");
+  box.innerHTML = "";
+  const h = document.createElement("h3");
+  h.textContent = "Top " + t.items.length + " (current window; any other item ≤ " + int(t.max_untracked) + "; late " + int(t.late) + ", dropped " + int(t.dropped) + ")";
+  const table = document.createElement("table");
+  table.innerHTML = "<thead><tr><th>item</th><th>estimate</th><th>lower</th><th>upper</th></tr></thead>";
+  const body = document.createElement("tbody");
+  for (const it of t.items) {
+    const tr = document.createElement("tr");
+    for (const v of [it.key, int(it.estimate), int(it.lower), int(it.upper)]) {
+      const td = document.createElement("td"); td.textContent = v; tr.appendChild(td);
+    }
+    body.appendChild(tr);
+  }
+  table.appendChild(body);
+  box.append(h, table);
+}
+
+function renderDistinct(j, d) {
+  j.el.classList.add("no-model");
+  $(j.el, ".synopsis").innerHTML = "";
+  const p = document.createElement("p");
+  p.className = "big";
+  p.textContent = int(d.estimate) + " distinct (± " + fmt(100 * d.std_error, 2) + "%, between " + int(d.lower) + " and " + int(d.upper) + ")";
+  $(j.el, ".synopsis").appendChild(p);
 }
 
 function onFT(j, f) {
