@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlstream/mlstream/synopses"
@@ -127,9 +128,10 @@ const (
 type synPart struct {
 	index     int
 	lastSeq   uint64
-	unlogged  int // events since the last check that are not in the item log
-	pending   int // events since the last check
-	maxVals   int // most values in one event: α
+	unlogged  int           // events since the last check that are not in the item log
+	pending   int           // events since the last check
+	maxVals   atomic.Int64  // most values in one event: α; read by status
+	div       atomic.Uint64 // divergence as float64 bits, published for status
 	processed int64
 	unit      *stateUnit // nil without fault tolerance
 	pubAt     time.Time
@@ -139,7 +141,9 @@ type synPart struct {
 // tolerance when a backup may be due.
 func (s *synPart) observe(r *Record, logged bool) {
 	s.lastSeq = r.Seq
-	s.maxVals = max(s.maxVals, len(r.Values))
+	if n := int64(len(r.Values)); n > s.maxVals.Load() {
+		s.maxVals.Store(n)
+	}
 	s.pending++
 	if !logged {
 		s.unlogged++
@@ -159,6 +163,9 @@ func (s *synPart) windowEnded() {
 // state's divergence or the events at risk passed their thresholds (or at
 // the end of a batch, force), so that they hold to the event.
 func (s *synPart) check(div float64, force bool) {
+	if !force {
+		s.div.Store(math.Float64bits(div))
+	}
 	if s.unit == nil || s.pending == 0 || !force && !s.unit.due(div, s.unlogged) {
 		return
 	}
@@ -166,6 +173,12 @@ func (s *synPart) check(div float64, force bool) {
 	s.unit.merged(s.pending, s.unlogged, s.processed)
 	s.pending, s.unlogged = 0, 0
 }
+
+// liveDivergence is the divergence as of the last event, for status.
+func (s *synPart) liveDivergence() float64 { return math.Float64frombits(s.div.Load()) }
+
+// alphaOf is α: the most values one event had, at least 1.
+func (s *synPart) alphaOf() float64 { return float64(max(s.maxVals.Load(), 1)) }
 
 func (s *synPart) partitions() []int           { return []int{s.index} }
 func (s *synPart) stateSeqs() []uint64         { return []uint64{s.lastSeq} }
@@ -384,7 +397,7 @@ func (j *hhJob) setFT(f *jobFT) {
 func (p *hhPart) StateDivergence() float64                 { return p.sk.StateDivergence() }
 func (p *hhPart) BackupState(w io.Writer, full bool) error { return p.sk.BackupState(w, full) }
 func (p *hhPart) RecoverState(r io.Reader) error           { return p.sk.RecoverState(r) }
-func (p *hhPart) alpha() float64                           { return float64(max(p.maxVals, 1)) }
+func (p *hhPart) alpha() float64                           { return p.alphaOf() }
 
 // recovered publishes the restored summary at once: queries must not wait
 // for the first event.
@@ -580,7 +593,7 @@ func (p *distinctPart) BackupState(w io.Writer, full bool) error { return p.sk.B
 func (p *distinctPart) RecoverState(r io.Reader) error           { return p.sk.RecoverState(r) }
 
 // alpha: one event raises at most one register per value.
-func (p *distinctPart) alpha() float64 { return float64(max(p.maxVals, 1)) }
+func (p *distinctPart) alpha() float64 { return p.alphaOf() }
 
 func (p *distinctPart) recovered(seqs []uint64) {
 	p.recoveredSeqs(seqs)
