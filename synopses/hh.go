@@ -38,35 +38,42 @@ type Item struct {
 // RecoverState with a full snapshot.
 type HeavyHitters struct {
 	capacity int
-	slots    []hhSlot  // counter id → item, err and backup state
-	index    index     // item → counter id
-	heap     []hhEntry // min-heap of counts; counts live only here
-	pos      []int32   // counter id → position in heap
-	total    uint64    // stream weight seen, merges included
-	floor    uint64    // bound on untracked items' counts while not full (from merges)
-	widen    uint64    // added to every upper bound (Widen)
-	div      uint64    // running max of count-backed since the backup
-	dirty    []int32   // counter ids changed since the backup
+	slots    []hhSlot   // counter id → item and count at the backup
+	errs     []uint64   // counter id → overestimation error
+	marked   []uint64   // bitset: counter id changed since the backup (in dirty)
+	index    index      // item → counter id
+	heap     []hhEntry  // counts by increasing count (stream-summary, see summary.go); counts live only here
+	pos      []int32    // counter id → position in heap
+	buckets  []hhBucket // runs of equal count in heap
+	bfree    []int32    // unused bucket ids
+	total    uint64     // stream weight seen, merges included
+	floor    uint64     // bound on untracked items' counts while not full (from merges)
+	widen    uint64     // added to every upper bound (Widen)
+	div      uint64     // running max of count-backed since the backup
+	dirty    []int32    // counter ids changed since the backup
 }
 
+// hhSlot is 32 bytes, half a cache line: what a tracked update reads (the
+// key, to confirm the index's match, and the backed count, for the
+// divergence) is in one line whenever the array is 32-byte aligned, as
+// every array of 2,000 counters is (large allocations are page-aligned).
 type hhSlot struct {
 	key    string
 	hash   uint64 // hashKey(key)
-	err    uint64
 	backed uint64 // the item's count at the last backup; 0 if it was not this counter's item then
-	dirty  bool
 }
 
 type hhEntry struct {
 	count uint64
-	id    int32
+	id    int32 // counter id
+	b     int32 // bucket of this position (not of the counter: kept on swaps)
 }
 
 var _ ft.Stateful = (*HeavyHitters)(nil)
 
 // NewHeavyHitters returns an empty summary with the given number of
-// counters, clamped to [1, MaxCounters]. Memory is about 100 bytes per
-// counter plus the items' bytes.
+// counters, clamped to [1, MaxCounters]. Memory is about 100 to 140 bytes
+// per counter plus the items' bytes.
 func NewHeavyHitters(counters int) *HeavyHitters {
 	counters = min(max(counters, 1), MaxCounters)
 	return newHH(counters, counters)
@@ -77,9 +84,12 @@ func newHH(capacity, prealloc int) *HeavyHitters {
 	return &HeavyHitters{
 		capacity: capacity,
 		slots:    make([]hhSlot, 0, prealloc),
+		errs:     make([]uint64, 0, prealloc),
+		marked:   make([]uint64, (capacity+63)/64),
 		index:    newIndex(capacity),
 		heap:     make([]hhEntry, 0, prealloc),
 		pos:      make([]int32, 0, prealloc),
+		buckets:  make([]hhBucket, 0, prealloc),
 	}
 }
 
@@ -94,30 +104,37 @@ func (h *HeavyHitters) Total() uint64 { return h.total }
 
 // Update adds weight w to item. The summary keeps item (it does not copy the
 // string): pass a string that is not modified later (no unsafe views of
-// reused buffers). A tracked item costs a hash, a probe of a 32 KiB table
-// (at 2,000 counters) and a heap sift, with no allocation.
+// reused buffers). A tracked item costs a hash, a probe of a 64 KiB table
+// (at 2,000 counters) and a move to the next bucket of the stream-summary
+// (O(1) for w = 1, however many counters tie), with no allocation.
 func (h *HeavyHitters) Update(item string, w uint64) {
 	if w == 0 {
 		return
 	}
 	h.total += w
+	// The hash of the item an eviction would replace, read first so that
+	// its load overlaps the hashing and the lookup: that counter has the
+	// least count, so its slot is rarely in cache.
+	var vh uint64
+	if n := len(h.heap); n == h.capacity && n > 0 {
+		vh = h.slots[h.heap[0].id].hash
+	}
 	x := hashKey(item)
-	if id := h.index.find(item, x, h.slots); id >= 0 {
+	id, at := h.index.lookup(item, x, h.slots)
+	if id >= 0 {
 		p := h.pos[id]
 		c := h.heap[p].count + w
-		h.heap[p].count = c
-		h.down(int(p))
+		h.increase(p, w)
 		h.touch(id, c)
 		return
 	}
 	if len(h.slots) < h.capacity {
 		id := int32(len(h.slots))
 		c := h.floor + w
-		h.slots = append(h.slots, hhSlot{key: item, hash: x, err: h.floor})
-		h.pos = append(h.pos, int32(len(h.heap)))
-		h.heap = append(h.heap, hhEntry{count: c, id: id})
-		h.up(len(h.heap) - 1)
-		h.index.insert(x, id)
+		h.slots = append(h.slots, hhSlot{key: item, hash: x})
+		h.errs = append(h.errs, h.floor)
+		h.push(id, c)
+		h.index.insertAt(at, x, id)
 		h.touch(id, c)
 		return
 	}
@@ -126,72 +143,30 @@ func (h *HeavyHitters) Update(item string, w uint64) {
 	root := &h.heap[0]
 	id, m := root.id, root.count
 	s := &h.slots[id]
-	h.index.remove(s.hash, id)
-	s.key, s.hash, s.err, s.backed = item, x, m, 0
-	root.count = m + w
-	h.index.insert(x, id)
-	h.down(0)
+	// Insert first, at the free position lookup found, then delete the old
+	// item (its backward shift may move the new entry, which is fine).
+	h.index.insertAt(at, x, id)
+	h.index.remove(vh, id)
+	s.key, s.hash, s.backed = item, x, 0
+	h.errs[id] = m
+	h.increase(0, w)
 	h.touch(id, m+w)
 }
 
 // touch records that counter id now holds count c, for the divergence and
 // the next delta.
 func (h *HeavyHitters) touch(id int32, c uint64) {
-	s := &h.slots[id]
-	if d := c - s.backed; c >= s.backed && d > h.div {
-		h.div = d
-	} else if c < s.backed && s.backed-c > h.div {
-		h.div = s.backed - c
-	}
-	if !s.dirty {
-		s.dirty = true
-		h.dirty = append(h.dirty, id)
+	b := h.slots[id].backed
+	h.div = max(h.div, max(c, b)-min(c, b))
+	if h.marked[id>>6]&(1<<(id&63)) == 0 {
+		h.mark(id)
 	}
 }
 
-func (h *HeavyHitters) less(i, j int) bool { return h.heap[i].count < h.heap[j].count }
-
-func (h *HeavyHitters) swap(i, j int) {
-	hp := h.heap
-	hp[i], hp[j] = hp[j], hp[i]
-	h.pos[hp[i].id] = int32(i)
-	h.pos[hp[j].id] = int32(j)
-}
-
-// The heap is 4-ary: half the depth of a binary heap, and a node's four
-// children (16 bytes each) share one or two cache lines, which matters for
-// the sift-down after every eviction.
-func (h *HeavyHitters) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 4
-		if !h.less(i, p) {
-			return
-		}
-		h.swap(i, p)
-		i = p
-	}
-}
-
-func (h *HeavyHitters) down(i int) {
-	hp := h.heap
-	n := len(hp)
-	for {
-		c := 4*i + 1
-		if c >= n {
-			return
-		}
-		m := c
-		for k := c + 1; k < min(c+4, n); k++ {
-			if hp[k].count < hp[m].count {
-				m = k
-			}
-		}
-		if hp[m].count >= hp[i].count {
-			return
-		}
-		h.swap(i, m)
-		i = m
-	}
+// mark adds counter id to the next delta (touch's rare path, not inlined).
+func (h *HeavyHitters) mark(id int32) {
+	h.marked[id>>6] |= 1 << (id & 63)
+	h.dirty = append(h.dirty, id)
 }
 
 // untracked is the bound on the true count of an item without a counter,
@@ -220,7 +195,7 @@ func (h *HeavyHitters) Widened() uint64 { return h.widen }
 
 func (h *HeavyHitters) item(e hhEntry) Item {
 	s := &h.slots[e.id]
-	return Item{Key: s.key, Estimate: e.count, Lower: e.count - s.err, Upper: e.count + h.widen}
+	return Item{Key: s.key, Estimate: e.count, Lower: e.count - h.errs[e.id], Upper: e.count + h.widen}
 }
 
 // Items returns every tracked item, by decreasing estimate (ties by key).
@@ -260,7 +235,11 @@ func (h *HeavyHitters) Clone() *HeavyHitters {
 	c.slots = slices.Clone(h.slots)
 	c.heap = slices.Clone(h.heap)
 	c.pos = slices.Clone(h.pos)
+	c.buckets = slices.Clone(h.buckets)
+	c.bfree = slices.Clone(h.bfree)
 	c.dirty = slices.Clone(h.dirty)
+	c.errs = slices.Clone(h.errs)
+	c.marked = slices.Clone(h.marked)
 	c.index = h.index.clone()
 	return &c
 }
@@ -304,17 +283,17 @@ func (h *HeavyHitters) Merge(o *HeavyHitters) {
 	for _, e := range h.heap {
 		s := &h.slots[e.id]
 		at[s.key] = len(ents)
-		ents = append(ents, ent{key: s.key, count: e.count + mB, err: s.err + mB, backed: s.backed})
+		ents = append(ents, ent{key: s.key, count: e.count + mB, err: h.errs[e.id] + mB, backed: s.backed})
 	}
 	for _, e := range o.heap {
 		s := &o.slots[e.id]
 		if i, ok := at[s.key]; ok {
 			// Replace the assumed mB by B's own count and error.
 			ents[i].count = ents[i].count - mB + e.count
-			ents[i].err = ents[i].err - mB + s.err
+			ents[i].err = ents[i].err - mB + o.errs[e.id]
 			continue
 		}
-		ents = append(ents, ent{key: s.key, count: e.count + mA, err: s.err + mA})
+		ents = append(ents, ent{key: s.key, count: e.count + mA, err: o.errs[e.id] + mA})
 	}
 	slices.SortFunc(ents, func(a, b ent) int {
 		if c := cmp.Compare(b.count, a.count); c != 0 {
@@ -330,33 +309,28 @@ func (h *HeavyHitters) Merge(o *HeavyHitters) {
 	h.slots = h.slots[:0]
 	h.heap = h.heap[:0]
 	h.pos = h.pos[:0]
+	h.errs = h.errs[:0]
 	h.dirty = h.dirty[:0]
+	clear(h.marked)
 	h.index.clear()
 	for i, e := range ents {
 		id := int32(i)
 		x := hashKey(e.key)
-		h.slots = append(h.slots, hhSlot{key: e.key, hash: x, err: e.err, backed: e.backed, dirty: true})
+		h.slots = append(h.slots, hhSlot{key: e.key, hash: x, backed: e.backed})
+		h.errs = append(h.errs, e.err)
+		h.marked[id>>6] |= 1 << (id & 63)
 		h.heap = append(h.heap, hhEntry{count: e.count, id: id})
-		h.pos = append(h.pos, id)
+		h.pos = append(h.pos, 0)
 		h.index.insert(x, id)
 		h.dirty = append(h.dirty, id)
 		if d := max(e.count, e.backed) - min(e.count, e.backed); d > h.div {
 			h.div = d
 		}
 	}
-	h.heapify()
+	h.rebuild()
 	h.floor = floor
 	h.total += o.total
 	h.widen += o.widen
-}
-
-func (h *HeavyHitters) heapify() {
-	for i := range h.heap {
-		h.pos[h.heap[i].id] = int32(i)
-	}
-	for i := (len(h.heap) - 2) / 4; i >= 0; i-- {
-		h.down(i)
-	}
 }
 
 // StateDivergence is the L∞ distance of the counts from the last backup, as
@@ -396,7 +370,7 @@ func (h *HeavyHitters) appendState(b []byte, full bool) []byte {
 		b = binary.AppendUvarint(b, uint64(id))
 		b = appendStr(b, s.key)
 		b = binary.AppendUvarint(b, h.heap[h.pos[id]].count)
-		b = binary.AppendUvarint(b, s.err)
+		b = binary.AppendUvarint(b, h.errs[id])
 	}
 	if full {
 		b = binary.AppendUvarint(b, uint64(len(h.slots)))
@@ -417,7 +391,7 @@ func (h *HeavyHitters) markBacked() {
 	for _, id := range h.dirty {
 		s := &h.slots[id]
 		s.backed = h.heap[h.pos[id]].count
-		s.dirty = false
+		h.marked[id>>6] &^= 1 << (id & 63)
 	}
 	h.dirty = h.dirty[:0]
 	h.div = 0
@@ -464,6 +438,7 @@ func (h *HeavyHitters) decodeState(d *dec) (*HeavyHitters, error) {
 		}
 		n = newHH(int(capacity), int(used))
 		n.slots = n.slots[:used]
+		n.errs = n.errs[:used]
 		n.heap = n.heap[:used]
 		n.pos = n.pos[:used]
 		for i := range n.pos {
@@ -480,6 +455,7 @@ func (h *HeavyHitters) decodeState(d *dec) (*HeavyHitters, error) {
 		n = h.Clone()
 		for int(used) > len(n.slots) {
 			n.slots = append(n.slots, hhSlot{})
+			n.errs = append(n.errs, 0)
 			n.heap = append(n.heap, hhEntry{id: -1})
 			n.pos = append(n.pos, int32(len(n.pos)))
 		}
@@ -498,7 +474,8 @@ func (h *HeavyHitters) decodeState(d *dec) (*HeavyHitters, error) {
 			return nil, fmt.Errorf("%w: counter %d", ErrCorrupt, id)
 		}
 		seen[id] = true
-		n.slots[id] = hhSlot{key: key, hash: hashKey(key), err: errv, backed: count}
+		n.slots[id] = hhSlot{key: key, hash: hashKey(key), backed: count}
+		n.errs[id] = errv
 		n.heap[n.pos[id]] = hhEntry{count: count, id: int32(id)}
 	}
 	if d.err != nil {
@@ -513,11 +490,11 @@ func (h *HeavyHitters) decodeState(d *dec) (*HeavyHitters, error) {
 			return nil, fmt.Errorf("%w: item in two counters", ErrCorrupt)
 		}
 		n.index.insert(s.hash, int32(id))
-		n.slots[id].dirty = false
 		n.slots[id].backed = n.heap[n.pos[id]].count
 	}
 	n.dirty = n.dirty[:0]
+	clear(n.marked)
 	n.div = 0
-	n.heapify()
+	n.rebuild()
 	return n, nil
 }
