@@ -18,7 +18,10 @@
 // then still contains every true count (Lower stays valid because a lost
 // event can only make a true count larger), so no true heavy hitter is
 // missed; this is the AF-Stream compensation of one-sided sketches.
-// Divergence is L∞ over the items' counts, as in the paper.
+// Divergence is L∞ over the counters, as in the paper: the most any counter
+// grew since the backup, whichever item it holds (a counter only grows; an
+// eviction hands it to a new item with one more). Per item instead, every
+// eviction would jump the divergence to the minimum count.
 //
 // # Distinct counts: divergence and its bound
 //

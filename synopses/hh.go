@@ -60,7 +60,7 @@ type HeavyHitters struct {
 type hhSlot struct {
 	key    string
 	hash   uint64 // hashKey(key)
-	backed uint64 // the item's count at the last backup; 0 if it was not this counter's item then
+	backed uint64 // the counter's count at the last backup (whichever item it held)
 }
 
 type hhEntry struct {
@@ -147,7 +147,11 @@ func (h *HeavyHitters) Update(item string, w uint64) {
 	// item (its backward shift may move the new entry, which is fine).
 	h.index.insertAt(at, x, id)
 	h.index.remove(vh, id)
-	s.key, s.hash, s.backed = item, x, 0
+	// The counter keeps its backed count: divergence is per counter, as the
+	// paper's L∞ over counters, and a counter only grows, here by w. (Per
+	// item, every eviction would jump the divergence to the minimum count
+	// and, once that passes θ, call for a backup.)
+	s.key, s.hash = item, x
 	h.errs[id] = m
 	h.increase(0, w)
 	h.touch(id, m+w)
