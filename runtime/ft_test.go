@@ -20,7 +20,7 @@ func ftEngine(t *testing.T, dir string) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewEngine(Config{Partitions: 1, Store: store, DataDir: dir, IngestWait: 20 * time.Millisecond,
+	return NewEngine(Config{Partitions: 1, Store: store, DataDir: dir, IngestWait: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 

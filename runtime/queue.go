@@ -84,8 +84,12 @@ func (q *queue) waitPending(ctx context.Context, n int) {
 	}
 }
 
-// reserve waits until n events fit, or ctx ends.
+// reserve waits until n events fit, or ctx ends. Room that is there now
+// is taken even if ctx has just ended (Acquire alone would refuse it).
 func (q *queue) reserve(ctx context.Context, n int) error {
+	if q.room.TryAcquire(int64(n)) {
+		return nil
+	}
 	return q.room.Acquire(ctx, int64(n))
 }
 

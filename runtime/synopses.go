@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mlstream/mlstream/ft"
 	"github.com/mlstream/mlstream/synopses"
 	"github.com/valyala/fastjson"
 )
@@ -221,7 +222,8 @@ func (j *hhJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64) err
 }
 
 func (j *hhJob) newPartition(index int, out emitter) partitionOp {
-	p := &hhPart{synPart: synPart{index: index}, job: j, sk: synopses.NewWindowedHH(j.counters, j.sp.window, j.sp.keep)}
+	p := &hhPart{job: j}
+	p.index, p.sk = index, synopses.NewWindowedHH(j.counters, j.sp.window, j.sp.keep)
 	p.publish(time.Now())
 	j.parts = append(j.parts, p)
 	return p
@@ -229,14 +231,8 @@ func (j *hhJob) newPartition(index int, out emitter) partitionOp {
 
 // hhPart is one partition's heavy hitters.
 type hhPart struct {
-	synPart
+	summaryPart[*synopses.HeavyHitters, *synopses.WindowedHH]
 	job *hhJob
-	sk  *synopses.WindowedHH
-	pub struct {
-		sync.Mutex
-		views         map[string]synView[*synopses.HeavyHitters]
-		late, dropped uint64
-	}
 }
 
 // synView is a published copy of one window of a summary.
@@ -254,6 +250,71 @@ func windowViews[S any](current, last, all func() (synopses.Span, S)) map[string
 	}
 	return views
 }
+
+// windowed is what both windowed synopses offer.
+type windowed[S any] interface {
+	ft.Stateful
+	Current() (synopses.Span, S)
+	Last() (synopses.Span, S)
+	All() (synopses.Span, S)
+	Late() uint64
+	Dropped() uint64
+}
+
+// summaryPart is what the two kinds' partitions share beyond synPart: the
+// summary, its published copies and its fault-tolerance hooks.
+type summaryPart[S any, W windowed[S]] struct {
+	synPart
+	sk  W
+	pub struct {
+		sync.Mutex
+		views         map[string]synView[S]
+		late, dropped uint64
+		// lostValues counts the values of events lost in crashes (kept by
+		// distinct: each can be a distinct value the sketch never saw).
+		lostValues uint64
+	}
+}
+
+func (p *summaryPart[S, W]) idle() { p.publish(time.Now()) }
+
+func (p *summaryPart[S, W]) publish(now time.Time) {
+	views := windowViews(p.sk.Current, p.sk.Last, p.sk.All)
+	p.pub.Lock()
+	p.pub.views, p.pub.late, p.pub.dropped = views, p.sk.Late(), p.sk.Dropped()
+	p.pub.Unlock()
+	p.pubAt = now
+}
+
+// view returns the published copy of a window and the counters.
+func (p *summaryPart[S, W]) view(window string) (v synView[S], late, dropped, lost uint64) {
+	p.pub.Lock()
+	defer p.pub.Unlock()
+	return p.pub.views[window], p.pub.late, p.pub.dropped, p.pub.lostValues
+}
+
+func (p *summaryPart[S, W]) StateDivergence() float64 { return p.sk.StateDivergence() }
+func (p *summaryPart[S, W]) BackupState(w io.Writer, full bool) error {
+	return p.sk.BackupState(w, full)
+}
+func (p *summaryPart[S, W]) RecoverState(r io.Reader) error { return p.sk.RecoverState(r) }
+func (p *summaryPart[S, W]) alpha() float64                 { return p.alphaOf() }
+
+// recovered publishes the restored summary at once: queries must not wait
+// for the first event.
+func (p *summaryPart[S, W]) recovered(seqs []uint64) {
+	p.recoveredSeqs(seqs)
+	p.publish(time.Now())
+}
+
+// attachUnits hands each partition its unit of state.
+func attachUnits[P interface{ setUnit(*stateUnit) }](f *jobFT, parts []P) {
+	for i, p := range parts {
+		p.setUnit(f.units[i])
+	}
+}
+
+func (s *synPart) setUnit(u *stateUnit) { s.unit = u }
 
 // unitsOf lists partitions as units of state, one each.
 func unitsOf[P stateful](parts []P) []stateful {
@@ -284,16 +345,6 @@ func (p *hhPart) process(recs []Record, logged bool) {
 	}
 }
 
-func (p *hhPart) idle() { p.publish(time.Now()) }
-
-func (p *hhPart) publish(now time.Time) {
-	views := windowViews(p.sk.Current, p.sk.Last, p.sk.All)
-	p.pub.Lock()
-	p.pub.views, p.pub.late, p.pub.dropped = views, p.sk.Late(), p.sk.Dropped()
-	p.pub.Unlock()
-	p.pubAt = now
-}
-
 // TopK is the answer to GET /v1/jobs/{job}/topk.
 type TopK struct {
 	Job    string `json:"job"`
@@ -315,11 +366,9 @@ func (j *hhJob) topK(window string, k int) TopK {
 	merged := synopses.NewHeavyHitters(j.counters)
 	out := TopK{Window: window}
 	for _, p := range j.parts {
-		p.pub.Lock()
-		v := p.pub.views[window]
-		out.Late += p.pub.late
-		out.Dropped += p.pub.dropped
-		p.pub.Unlock()
+		v, late, dropped, _ := p.view(window)
+		out.Late += late
+		out.Dropped += dropped
 		merged.Merge(v.sum)
 		if j.sp.window != wholeStream {
 			out.Start, out.End = v.span.Start, v.span.End
@@ -389,21 +438,7 @@ func (j *hhJob) units() []stateful { return unitsOf(j.parts) }
 
 func (j *hhJob) setFT(f *jobFT) {
 	j.ft = f
-	for i, p := range j.parts {
-		p.unit = f.units[i]
-	}
-}
-
-func (p *hhPart) StateDivergence() float64                 { return p.sk.StateDivergence() }
-func (p *hhPart) BackupState(w io.Writer, full bool) error { return p.sk.BackupState(w, full) }
-func (p *hhPart) RecoverState(r io.Reader) error           { return p.sk.RecoverState(r) }
-func (p *hhPart) alpha() float64                           { return p.alphaOf() }
-
-// recovered publishes the restored summary at once: queries must not wait
-// for the first event.
-func (p *hhPart) recovered(seqs []uint64) {
-	p.recoveredSeqs(seqs)
-	p.publish(time.Now())
+	attachUnits(f, j.parts)
 }
 
 // compensate widens the bounds after a recovery by the most any item can
@@ -450,7 +485,8 @@ func (j *distinctJob) newPartition(index int, out emitter) partitionOp {
 	if err != nil {
 		panic(err) // precision was checked by newDistinctJob
 	}
-	p := &distinctPart{synPart: synPart{index: index}, job: j, sk: sk}
+	p := &distinctPart{job: j}
+	p.index, p.sk = index, sk
 	p.publish(time.Now())
 	j.parts = append(j.parts, p)
 	return p
@@ -458,17 +494,8 @@ func (j *distinctJob) newPartition(index int, out emitter) partitionOp {
 
 // distinctPart is one partition's distinct counter.
 type distinctPart struct {
-	synPart
+	summaryPart[*synopses.Distinct, *synopses.WindowedDistinct]
 	job *distinctJob
-	sk  *synopses.WindowedDistinct
-	pub struct {
-		sync.Mutex
-		views         map[string]synView[*synopses.Distinct]
-		late, dropped uint64
-		// lostValues counts the values of events lost in crashes: each can
-		// be a distinct value the sketch never saw.
-		lostValues uint64
-	}
 }
 
 func (p *distinctPart) process(recs []Record, logged bool) {
@@ -489,16 +516,6 @@ func (p *distinctPart) process(recs []Record, logged bool) {
 	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
 		p.publish(now)
 	}
-}
-
-func (p *distinctPart) idle() { p.publish(time.Now()) }
-
-func (p *distinctPart) publish(now time.Time) {
-	views := windowViews(p.sk.Current, p.sk.Last, p.sk.All)
-	p.pub.Lock()
-	p.pub.views, p.pub.late, p.pub.dropped = views, p.sk.Late(), p.sk.Dropped()
-	p.pub.Unlock()
-	p.pubAt = now
 }
 
 // DistinctCount is the answer to GET /v1/jobs/{job}/distinct.
@@ -523,12 +540,10 @@ func (j *distinctJob) count(window string) DistinctCount {
 	var merged *synopses.Distinct
 	var lost uint64
 	for _, p := range j.parts {
-		p.pub.Lock()
-		v := p.pub.views[window]
-		out.Late += p.pub.late
-		out.Dropped += p.pub.dropped
-		lost += p.pub.lostValues
-		p.pub.Unlock()
+		v, late, dropped, lostValues := p.view(window)
+		out.Late += late
+		out.Dropped += dropped
+		lost += lostValues
 		if merged == nil {
 			merged = v.sum.Clone()
 		} else if err := merged.Merge(v.sum); err != nil {
@@ -586,18 +601,6 @@ func (j *distinctJob) setFT(f *jobFT) {
 	for i, p := range j.parts {
 		p.unit = f.units[i]
 	}
-}
-
-func (p *distinctPart) StateDivergence() float64                 { return p.sk.StateDivergence() }
-func (p *distinctPart) BackupState(w io.Writer, full bool) error { return p.sk.BackupState(w, full) }
-func (p *distinctPart) RecoverState(r io.Reader) error           { return p.sk.RecoverState(r) }
-
-// alpha: one event raises at most one register per value.
-func (p *distinctPart) alpha() float64 { return p.alphaOf() }
-
-func (p *distinctPart) recovered(seqs []uint64) {
-	p.recoveredSeqs(seqs)
-	p.publish(time.Now())
 }
 
 // compensate widens the bounds after a crash: the sketch by the registers
