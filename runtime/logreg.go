@@ -114,9 +114,6 @@ func (j *logregJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64)
 	return err
 }
 
-// Model is the job's global model.
-func (j *logregJob) Model() *learners.Model { return j.model }
-
 func (j *logregJob) newPartition(index int, out emitter) partitionOp {
 	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window), limit: j.syncEvery}
 	p.pub.snap = p.prog.Clone()

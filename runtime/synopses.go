@@ -276,6 +276,28 @@ type summaryPart[S any, W windowed[S]] struct {
 	}
 }
 
+// processWith adds every value of each record with add, keeping fault
+// tolerance informed event by event and backing up at window ends.
+func (p *summaryPart[S, W]) processWith(recs []Record, logged bool, add func(v string, ts int64) (late, closed bool)) {
+	for i := range recs {
+		r := &recs[i]
+		p.observe(r, logged)
+		closed := false
+		for _, v := range r.Values {
+			_, c := add(v, r.TS)
+			closed = closed || c
+		}
+		p.check(p.sk.StateDivergence(), closed)
+		if closed {
+			p.windowEnded()
+		}
+	}
+	p.check(0, true)
+	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
+		p.publish(now)
+	}
+}
+
 func (p *summaryPart[S, W]) idle() { p.publish(time.Now()) }
 
 func (p *summaryPart[S, W]) publish(now time.Time) {
@@ -326,23 +348,7 @@ func unitsOf[P stateful](parts []P) []stateful {
 }
 
 func (p *hhPart) process(recs []Record, logged bool) {
-	for i := range recs {
-		r := &recs[i]
-		p.observe(r, logged)
-		closed := false
-		for _, v := range r.Values {
-			_, c := p.sk.Update(v, 1, r.TS)
-			closed = closed || c
-		}
-		p.check(p.sk.StateDivergence(), closed)
-		if closed {
-			p.windowEnded()
-		}
-	}
-	p.check(0, true)
-	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
-		p.publish(now)
-	}
+	p.processWith(recs, logged, func(v string, ts int64) (bool, bool) { return p.sk.Update(v, 1, ts) })
 }
 
 // TopK is the answer to GET /v1/jobs/{job}/topk.
@@ -499,23 +505,7 @@ type distinctPart struct {
 }
 
 func (p *distinctPart) process(recs []Record, logged bool) {
-	for i := range recs {
-		r := &recs[i]
-		p.observe(r, logged)
-		closed := false
-		for _, v := range r.Values {
-			_, c := p.sk.InsertString(v, r.TS)
-			closed = closed || c
-		}
-		p.check(p.sk.StateDivergence(), closed)
-		if closed {
-			p.windowEnded()
-		}
-	}
-	p.check(0, true)
-	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
-		p.publish(now)
-	}
+	p.processWith(recs, logged, p.sk.InsertString)
 }
 
 // DistinctCount is the answer to GET /v1/jobs/{job}/distinct.

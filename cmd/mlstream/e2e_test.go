@@ -161,6 +161,23 @@ type jobView struct {
 	}
 }
 
+// postNDJSON posts one NDJSON body to a stream, insists on 202, and
+// returns how many events were accepted.
+func postNDJSON(t *testing.T, url, stream string, body []byte) int {
+	t.Helper()
+	resp, err := http.Post(url+"/v1/streams/"+stream+"/events", "application/x-ndjson", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct{ Accepted int }
+	_ = json.NewDecoder(resp.Body).Decode(&r)
+	if resp.StatusCode != 202 {
+		t.Fatalf("post to %s: status %d", stream, resp.StatusCode)
+	}
+	return r.Accepted
+}
+
 func writeConfig(t *testing.T, doc string) string {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "jobs.yaml")
@@ -183,17 +200,7 @@ func TestGracefulShutdownProcessesEverythingAccepted(t *testing.T) {
 	}
 	accepted := 0
 	for range 20 {
-		resp, err := http.Post(url+"/v1/streams/mail/events", "application/x-ndjson", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r struct{ Accepted int }
-		_ = json.NewDecoder(resp.Body).Decode(&r)
-		resp.Body.Close()
-		if resp.StatusCode != 202 {
-			t.Fatalf("status %d", resp.StatusCode)
-		}
-		accepted += r.Accepted
+		accepted += postNDJSON(t, url, "mail", body)
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -52,17 +52,7 @@ func postGen(t *testing.T, url string, g *gen.Generator, n, batch int) int {
 			ev := g.Next()
 			body = append(ev.AppendJSON(body), '\n')
 		}
-		resp, err := http.Post(url+"/v1/streams/mail/events", "application/x-ndjson", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r struct{ Accepted int }
-		_ = json.NewDecoder(resp.Body).Decode(&r)
-		resp.Body.Close()
-		if resp.StatusCode != 202 {
-			t.Fatalf("post: status %d", resp.StatusCode)
-		}
-		accepted += r.Accepted
+		accepted += postNDJSON(t, url, "mail", body)
 	}
 	return accepted
 }
@@ -194,17 +184,7 @@ func postEvents(t *testing.T, url string, events []gen.Event) int {
 		for _, ev := range events[i:min(i+1000, len(events))] {
 			body = append(ev.AppendJSON(body), '\n')
 		}
-		resp, err := http.Post(url+"/v1/streams/mail/events", "application/x-ndjson", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r struct{ Accepted int }
-		_ = json.NewDecoder(resp.Body).Decode(&r)
-		resp.Body.Close()
-		if resp.StatusCode != 202 {
-			t.Fatalf("post: status %d", resp.StatusCode)
-		}
-		accepted += r.Accepted
+		accepted += postNDJSON(t, url, "mail", body)
 	}
 	return accepted
 }
@@ -402,11 +382,7 @@ func TestKill9SynopsesBoundsHold(t *testing.T) {
 			users[user] = true
 			body = fmt.Appendf(body, "{\"user\":%q,\"item\":%q}\n", user, item)
 		}
-		resp, err := http.Post(url+"/v1/streams/clicks/events", "application/x-ndjson", bytes.NewReader(body))
-		if err != nil || resp.StatusCode != 202 {
-			t.Fatalf("post: %v %v", err, resp)
-		}
-		resp.Body.Close()
+		postNDJSON(t, url, "clicks", body)
 		kill9(t, p)
 	}
 }
