@@ -277,27 +277,27 @@ func (s *Distinct) RecoverState(r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	d := &dec{b: b}
-	kind := d.header(distinctMagic)
-	p := d.byte()
-	lost := d.uvarint()
-	if d.err != nil {
-		return d.err
+	d := newDec(b)
+	kind := d.Header(distinctMagic)
+	p := d.Byte()
+	lost := d.Uvarint()
+	if d.Err != nil {
+		return d.Err
 	}
 	if lost > math.MaxInt32 {
 		return fmt.Errorf("%w: lost %d", ErrCorrupt, lost)
 	}
 	if kind == kindFull {
 		var sk hyperloglog.Sketch
-		if err := sk.UnmarshalBinary(d.b); err != nil {
+		if err := sk.UnmarshalBinary(d.B); err != nil {
 			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		// Our snapshots are dense version 2: registers from byte 8.
-		if len(d.b) < 8 || d.b[0] != 2 || d.b[1] != p || d.b[3] != 0 {
+		if len(d.B) < 8 || d.B[0] != 2 || d.B[1] != p || d.B[3] != 0 {
 			return fmt.Errorf("%w: not a dense sketch of precision %d", ErrCorrupt, p)
 		}
 		n := newDistinct(p, &sk)
-		copy(n.regs, d.b[8:])
+		copy(n.regs, d.B[8:])
 		n.lost = int(lost)
 		*s = *n
 		return nil
@@ -305,23 +305,23 @@ func (s *Distinct) RecoverState(r io.Reader) error {
 	if s.sk == nil || p != s.p {
 		return fmt.Errorf("%w: delta of precision %d on %d", ErrMismatch, p, s.p)
 	}
-	cnt := d.count(uint64(len(s.regs)), 2)
+	cnt := d.Count(uint64(len(s.regs)), 2)
 	type reg struct {
 		i uint32
 		v uint8
 	}
 	regs := make([]reg, 0, cnt)
 	for range cnt {
-		i, v := d.uvarint(), d.byte()
-		if d.err != nil {
-			return d.err
+		i, v := d.Uvarint(), d.Byte()
+		if d.Err != nil {
+			return d.Err
 		}
 		if i >= uint64(len(s.regs)) || v > s.maxRho() {
 			return fmt.Errorf("%w: register %d = %d", ErrCorrupt, i, v)
 		}
 		regs = append(regs, reg{uint32(i), v})
 	}
-	if err := d.end(); err != nil {
+	if err := d.End(); err != nil {
 		return err
 	}
 	for _, g := range regs {

@@ -410,12 +410,12 @@ func (h *HeavyHitters) RecoverState(r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	d := &dec{b: b}
+	d := newDec(b)
 	n, err := h.decodeState(d)
 	if err != nil {
 		return err
 	}
-	if err := d.end(); err != nil {
+	if err := d.End(); err != nil {
 		return err
 	}
 	*h = *n
@@ -425,20 +425,20 @@ func (h *HeavyHitters) RecoverState(r io.Reader) error {
 // decodeState reads one backup from d and returns the state it leads to,
 // leaving h unchanged.
 func (h *HeavyHitters) decodeState(d *dec) (*HeavyHitters, error) {
-	kind := d.header(hhMagic)
-	capacity := d.uvarint()
-	used := d.uvarint()
-	total, floor, widen := d.uvarint(), d.uvarint(), d.uvarint()
-	if d.err != nil {
-		return nil, d.err
+	kind := d.Header(hhMagic)
+	capacity := d.Uvarint()
+	used := d.Uvarint()
+	total, floor, widen := d.Uvarint(), d.Uvarint(), d.Uvarint()
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	if capacity < 1 || capacity > MaxCounters || used > capacity {
 		return nil, fmt.Errorf("%w: %d of %d counters", ErrCorrupt, used, capacity)
 	}
 	var n *HeavyHitters
 	if kind == kindFull {
-		if used > uint64(len(d.b)/4) {
-			return nil, fmt.Errorf("%w: %d counters in %d bytes", ErrCorrupt, used, len(d.b))
+		if used > uint64(len(d.B)/4) {
+			return nil, fmt.Errorf("%w: %d counters in %d bytes", ErrCorrupt, used, len(d.B))
 		}
 		n = newHH(int(capacity), int(used))
 		n.slots = n.slots[:used]
@@ -453,8 +453,8 @@ func (h *HeavyHitters) decodeState(d *dec) (*HeavyHitters, error) {
 		if h.capacity != int(capacity) || int(used) < len(h.slots) {
 			return nil, fmt.Errorf("%w: delta for %d of %d counters on %d of %d", ErrMismatch, used, capacity, len(h.slots), h.capacity)
 		}
-		if used-uint64(len(h.slots)) > uint64(len(d.b)/4) {
-			return nil, fmt.Errorf("%w: %d new counters in %d bytes", ErrCorrupt, used-uint64(len(h.slots)), len(d.b))
+		if used-uint64(len(h.slots)) > uint64(len(d.B)/4) {
+			return nil, fmt.Errorf("%w: %d new counters in %d bytes", ErrCorrupt, used-uint64(len(h.slots)), len(d.B))
 		}
 		n = h.Clone()
 		for int(used) > len(n.slots) {
@@ -465,14 +465,14 @@ func (h *HeavyHitters) decodeState(d *dec) (*HeavyHitters, error) {
 		}
 	}
 	n.total, n.floor, n.widen = total, floor, widen
-	entries := d.count(used, 4)
+	entries := d.Count(used, 4)
 	seen := make([]bool, used)
 	for range entries {
-		id := d.uvarint()
-		key := d.str()
-		count, errv := d.uvarint(), d.uvarint()
-		if d.err != nil {
-			return nil, d.err
+		id := d.Uvarint()
+		key := d.Str()
+		count, errv := d.Uvarint(), d.Uvarint()
+		if d.Err != nil {
+			return nil, d.Err
 		}
 		if id >= used || seen[id] || errv > count {
 			return nil, fmt.Errorf("%w: counter %d", ErrCorrupt, id)
@@ -482,8 +482,8 @@ func (h *HeavyHitters) decodeState(d *dec) (*HeavyHitters, error) {
 		n.errs[id] = errv
 		n.heap[n.pos[id]] = hhEntry{count: count, id: int32(id)}
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	n.index.clear()
 	for id, s := range n.slots {

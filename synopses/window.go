@@ -266,37 +266,37 @@ func (w *windows[S]) recover(r io.Reader, magic string) error {
 	if err != nil {
 		return err
 	}
-	d := &dec{b: data}
-	kind := d.header(magic)
-	size, keep := d.uvarint(), d.uvarint()
-	late, dropped, nclosed := d.uvarint(), d.uvarint(), d.uvarint()
-	if d.err != nil {
-		return d.err
+	d := newDec(data)
+	kind := d.Header(magic)
+	size, keep := d.Uvarint(), d.Uvarint()
+	late, dropped, nclosed := d.Uvarint(), d.Uvarint(), d.Uvarint()
+	if d.Err != nil {
+		return d.Err
 	}
 	if size != uint64(w.size) || keep != uint64(w.keep) {
 		return fmt.Errorf("%w: windows of %d ms keeping %d, backup has %d ms keeping %d", ErrMismatch, w.size, w.keep, size, keep)
 	}
-	npend := d.count(1<<20, 4)
+	npend := d.Count(1<<20, 4)
 	pend := make([]pendingWiden, 0, npend)
 	for range npend {
-		p := pendingWiden{by: d.uvarint()}
-		p.after = varint(d)
-		p.upto = varint(d)
-		p.open = d.byte() == 1
+		p := pendingWiden{by: d.Uvarint()}
+		p.after = d.Varint()
+		p.upto = d.Varint()
+		p.open = d.Byte() == 1
 		pend = append(pend, p)
 	}
-	n := d.count(uint64(w.keep)+1, 3)
+	n := d.Count(uint64(w.keep)+1, 3)
 	old := map[int64]*window[S]{}
 	for _, x := range w.list() {
 		old[x.idx] = x
 	}
 	var l []*window[S]
 	for range n {
-		idx := varint(d)
-		mode := d.byte()
-		payload := d.str()
-		if d.err != nil {
-			return d.err
+		idx := d.Varint()
+		mode := d.Byte()
+		payload := d.Str()
+		if d.Err != nil {
+			return d.Err
 		}
 		if len(l) > 0 && idx <= l[len(l)-1].idx {
 			return fmt.Errorf("%w: windows out of order", ErrCorrupt)
@@ -315,7 +315,7 @@ func (w *windows[S]) recover(r io.Reader, magic string) error {
 		}
 		l = append(l, &window[S]{idx: idx, s: s})
 	}
-	if err := d.end(); err != nil {
+	if err := d.End(); err != nil {
 		return err
 	}
 	w.late, w.dropped, w.nclosed, w.pend = late, dropped, nclosed, pend
@@ -325,19 +325,6 @@ func (w *windows[S]) recover(r io.Reader, magic string) error {
 		w.closed = l[:len(l)-1]
 	}
 	return nil
-}
-
-func varint(d *dec) int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("bad varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
 }
 
 type byteReader struct{ b []byte }
