@@ -1,161 +1,693 @@
-// mlstream dashboard: reads /v1/jobs once, then lives on the WebSocket feed
-// (stats every second, predictions as they happen); reconnects by itself.
+// mlstream dashboard. Lives on the WebSocket feed /v1/ws (stats every
+// second, backups, recoveries, top-k and distinct changes); polls GET
+// /v1/jobs (jobs declared or removed) and /metrics (rejected and shed
+// counts, which the feed does not carry) every few seconds; samples
+// predictions and join matches with short-lived subscriptions instead of
+// taking every one. Reconnects by itself and says so.
 "use strict";
-const jobs = new Map(); // name -> {el, acc: [], loss: [], ticker: []}
-const HISTORY = 300, TICKER = 12;
+
+const HISTORY = 600;        // chart points per series: ten minutes of stats
+const TICKER = 10;          // rows of the prediction and match tickers
+const SAMPLE_EVERY = 2000;  // ms between ticker samples
+const SAMPLE_WAIT = 1500;   // ms a sample subscription stays open at most
+const POLL_EVERY = 5000;    // ms between polls of /v1/jobs and /metrics
+const BACKOFF_MAX = 2000;   // ms between reconnection attempts, at most
+const SILENCE = 10000;      // ms without a message before the feed is deemed dead
+const KEEP = 20;            // recoveries and backups listed per job
+
+// The feed's state.
+let connected = false;   // the feed is open
+let everConnected = false;
+let retryMs = 250;
+let lostAt = 0;          // when the feed went down (0: up)
+let reconnectedAt = 0;   // the last reconnection, for the banner
+let lastMsgAt = 0;
+let feed = null;
+const restarted = new Set(); // jobs whose recovery the banner reports
+
 const $ = (root, sel) => root.querySelector(sel);
-const fmt = (x, d = 3) => (x === undefined || x === null) ? "–" : Number(x).toFixed(d);
-const int = x => Math.round(x).toLocaleString("en-US");
+const $$ = (root, sel) => [...root.querySelectorAll(sel)];
+const isNum = x => typeof x === "number" && isFinite(x);
+const fmt = (x, d = 3) => isNum(x) ? x.toFixed(d) : "–";
+const int = x => isNum(x) ? Math.round(x).toLocaleString("en-US") : "–";
+const clock = t => (t === undefined || t === null) ? "–" : new Date(t).toLocaleTimeString("en-GB");
+const clockMs = t => isNum(t) ? clock(t) + "." + String(new Date(t).getMilliseconds()).padStart(3, "0") : "–";
+function bytes(x) {
+  if (!isNum(x)) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (Math.abs(x) >= 1024 && i < units.length - 1) { x /= 1024; i++; }
+  return (i ? x.toFixed(1) : String(Math.round(x))) + " " + units[i];
+}
+// sig formats a value whose scale is unknown (divergences, join sums).
+const sig = x => !isNum(x) ? "–" : Math.abs(x) >= 1000 ? int(x) : Number(x.toPrecision(3)).toString();
+
+function set(root, field, text) {
+  for (const e of $$(root, `[data-f="${field}"]`)) e.textContent = text;
+}
+function bar(root, name, frac) {
+  const b = $(root, `[data-bar="${name}"]`);
+  if (!b) return;
+  const f = isNum(frac) ? Math.max(0, Math.min(1, frac)) : 0;
+  b.firstElementChild.style.width = (100 * f).toFixed(1) + "%";
+  b.classList.toggle("hot", f > 0.8);
+}
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function row(cells, classes = []) {
+  const tr = el("tr");
+  cells.forEach((c, i) => {
+    const td = el("td", classes[i] || "");
+    if (c instanceof Node) td.appendChild(c); else td.textContent = c;
+    tr.appendChild(td);
+  });
+  return tr;
+}
+// ratio renders "value / limit" with a small bar.
+function ratio(value, limit, f = sig) {
+  const box = el("span", "ratio");
+  box.appendChild(el("span", "", f(value) + " / " + f(limit)));
+  const b = el("span", "bar");
+  b.appendChild(el("i"));
+  const frac = isNum(value) && isNum(limit) && limit > 0 ? Math.min(1, value / limit) : 0;
+  b.firstChild.style.width = (100 * frac).toFixed(1) + "%";
+  b.classList.toggle("hot", frac > 0.8);
+  box.appendChild(b);
+  return box;
+}
+function fill(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+// ---- charts (uPlot) ----
+
+const COLORS = ["#2563eb", "#9ca3af", "#d97706", "#15803d"];
+
+// Chart is a uPlot chart over time, created once its box is visible and
+// resized with it; points are buffered meanwhile.
+class Chart {
+  constructor(box, series, axes) {
+    this.box = box;
+    this.series = series; // [{label, scale, dash, fmt}]
+    this.axes = axes || {}; // scale -> value formatter
+    this.data = [[], ...series.map(() => [])];
+    this.plot = null;
+  }
+  push(tsMs, ...ys) {
+    const d = this.data;
+    d[0].push(tsMs / 1000);
+    ys.forEach((y, i) => d[i + 1].push(isNum(y) ? y : null));
+    if (d[0].length > HISTORY) for (const s of d) s.shift();
+    this.box.dataset.points = d[0].length;
+    this.draw();
+  }
+  // gap marks a restart: lines do not join across it.
+  gap(tsMs) {
+    if (this.data[0].length) this.push(tsMs, ...this.series.map(() => null));
+  }
+  draw() {
+    if (!this.plot) {
+      if (!this.box.offsetParent || this.box.clientWidth === 0) return;
+      this.create();
+    }
+    this.plot.setData(this.data);
+  }
+  create() {
+    const scales = [...new Set(this.series.map(s => s.scale || "y"))];
+    const axes = [{ stroke: "#6b7280", grid: { stroke: "#eef0f3" } }];
+    scales.forEach((sc, i) => {
+      const f = this.axes[sc] || sig;
+      axes.push({ scale: sc, side: i ? 1 : 3, size: f === bytes ? 76 : 60, stroke: "#6b7280", grid: { show: i === 0, stroke: "#eef0f3" }, values: (u, vs) => vs.map(f) });
+    });
+    const opts = {
+      width: this.box.clientWidth, height: 170,
+      scales: { x: { time: true } },
+      series: [{ value: (u, v) => v === null ? "–" : clock(v * 1000) }, ...this.series.map((s, i) => ({
+        label: s.label, scale: s.scale || "y", stroke: s.color || COLORS[i], width: 2, dash: s.dash,
+        value: (u, v) => v === null ? "–" : (s.fmt || this.axes[s.scale || "y"] || sig)(v),
+      }))],
+      axes,
+      cursor: { drag: { x: false, y: false } },
+      legend: { live: true },
+    };
+    this.plot = new uPlot(opts, this.data, this.box);
+    new ResizeObserver(() => {
+      const w = this.box.clientWidth;
+      if (w > 0 && w !== this.plot.width) this.plot.setSize({ width: w, height: 170 });
+    }).observe(this.box);
+  }
+}
+
+// ---- jobs ----
+
+const jobs = new Map(); // name -> JobView
+const metricsCounts = { rejected: new Map(), shed: new Map() }; // from /metrics
+
+class JobView {
+  constructor(name, kind) {
+    this.name = name;
+    this.kind = kind || "";
+    this.el = document.getElementById("job-tpl").content.firstElementChild.cloneNode(true);
+    this.el.dataset.job = name;
+    this.el.id = "job-" + name;
+    this.el.dataset.kind = this.kind;
+    $(this.el, ".name").textContent = name;
+    $(this.el, ".kind").textContent = this.kind;
+    this.item = document.getElementById("joblist-tpl").content.firstElementChild.cloneNode(true);
+    this.item.dataset.job = name;
+    this.item.dataset.kind = this.kind;
+    $(this.item, ".name").textContent = name;
+    $(this.item, ".name").href = "#job-" + encodeURIComponent(name);
+    $(this.item, ".kind").textContent = this.kind;
+    this.charts = {};
+    this.recoveries = new Map(); // at -> report
+    this.backups = [];
+    this.status = null;
+    this.statsAt = 0;
+    this.sampleBroken = {}; // type -> true when the feed refused it
+    this.matchesSampled = false;
+  }
+  chart(name) {
+    if (this.charts[name]) return this.charts[name];
+    const box = $(this.el, `[data-chart="${name}"]`);
+    const c = {
+      rate: () => new Chart(box, [{ label: "events/s" }, { label: "queued", scale: "q" }], { y: sig, q: int }),
+      acc: () => new Chart(box, [{ label: "recent" }, { label: "whole run", dash: [5, 4] }], { y: x => fmt(x, 3) }),
+      loss: () => new Chart(box, [{ label: "recent" }, { label: "whole run", dash: [5, 4] }], { y: x => fmt(x, 3) }),
+      distinct: () => new Chart(box, [{ label: "estimate" }, { label: "lower", dash: [3, 3] }, { label: "upper", dash: [3, 3] }], { y: int }),
+      join: () => new Chart(box, [{ label: "matches/s" }, { label: "state", scale: "b", fmt: bytes }], { y: sig, b: bytes }),
+      backups: () => new Chart(box, [{ label: "backups" }, { label: "bytes", scale: "b" }], { y: int, b: bytes }),
+      div: () => new Chart(box, [{ label: "divergence" }, { label: "θ", dash: [5, 4], color: "#b91c1c" }], { y: sig }),
+    }[name]();
+    this.charts[name] = c;
+    return c;
+  }
+  block(name, show) {
+    const b = $(this.el, `[data-block="${name}"]`);
+    if (b && b.hidden === show) {
+      b.hidden = !show;
+      if (show) for (const c of Object.values(this.charts)) c.draw();
+    }
+    return b;
+  }
+
+  // update renders a JobStatus; chart says whether to add chart points
+  // (stats messages do, polls do not, so every point is one second).
+  update(s, ts, chart) {
+    this.status = s;
+    if (s.kind && s.kind !== this.kind) {
+      this.kind = s.kind;
+      this.el.dataset.kind = this.item.dataset.kind = s.kind;
+      $(this.el, ".kind").textContent = $(this.item, ".kind").textContent = s.kind;
+    }
+    const created = s.created;
+    if (chart && this.created && created && created !== this.created) {
+      for (const c of Object.values(this.charts)) c.gap(ts - 1);
+    }
+    this.created = created || this.created;
+    const e = this.el, rates = s.rates || {}, lat = s.latency || {};
+    const streams = this.streams(s);
+    if (streams.length) $(e, ".input").textContent = "← " + streams.join(" ⋈ ");
+    for (const root of [e, this.item]) {
+      set(root, "rate", int(rates.processed_per_s));
+      set(root, "depth", int(s.queue_depth));
+      set(root, "p99", fmt(lat.p99_ms, 2));
+    }
+    set(e, "accepted_rate", int(rates.accepted_per_s));
+    set(e, "capacity", int(s.queue_capacity));
+    set(e, "p50", fmt(lat.p50_ms, 2));
+    set(e, "processed", int(s.processed));
+    set(e, "stream", streams.join(", ") || "–");
+    this.counts(s);
+    if (chart) this.chart("rate").push(ts, rates.processed_per_s, s.queue_depth);
+    if (s.model || s.metrics) this.logreg(s, ts, chart);
+    if (s.topk) this.topk(s.topk);
+    if (s.distinct) this.distinct(s.distinct, ts, chart);
+    if (s.join) this.join(s.join, ts, chart);
+    if (s.ft) this.ft(s.ft, s, ts, chart);
+    this.health();
+  }
+
+  // streams are the job's inputs: one, or a join's two.
+  streams(s) {
+    return Array.isArray(s.streams) && s.streams.length ? s.streams : s.input ? [s.input] : [];
+  }
+
+  // counts shows rejected and shed: from the status when it has them,
+  // else from /metrics (rejections are counted per stream).
+  counts(s) {
+    const s2 = s || this.status || {};
+    const rej = isNum(s2.rejected) ? s2.rejected
+      : this.streams(s2).reduce((n, st) => n + (metricsCounts.rejected.get(st) || 0), 0);
+    const shed = isNum(s2.shed) ? s2.shed : metricsCounts.shed.get(this.name);
+    set(this.el, "rejected", isNum(rej) ? int(rej) : "0");
+    set(this.el, "shed", isNum(shed) ? int(shed) : "0");
+  }
+
+  logreg(s, ts, chart) {
+    const e = this.block("logreg", true);
+    const m = s.model || {}, all = (s.metrics || {}).all || {}, rec = (s.metrics || {}).recent || {};
+    set(e, "version", int(m.version));
+    set(e, "weights", int(m.nonzero_weights));
+    set(e, "acc_recent", fmt(rec.accuracy));
+    set(e, "acc_all", fmt(all.accuracy));
+    set(e, "loss_recent", fmt(rec.log_loss));
+    set(e, "loss_all", fmt(all.log_loss));
+    set(e, "auc_recent", fmt(rec.auc));
+    set(e, "labelled", int(all.count));
+    if (chart && s.metrics) {
+      this.chart("acc").push(ts, rec.accuracy, all.accuracy);
+      this.chart("loss").push(ts, rec.log_loss, all.log_loss);
+    }
+  }
+
+  predictions(msgs) {
+    const body = $(this.el, '[data-ticker="prediction"] tbody');
+    fill(body, msgs.slice(-TICKER).reverse().map(m => {
+      const pb = ratio(m.p, 1, x => fmt(x, 3));
+      pb.firstChild.textContent = fmt(m.p, 3);
+      pb.lastChild.classList.remove("hot");
+      let label = m.label ?? "–";
+      if (m.label === 0 || m.label === 1) label += (m.p >= 0.5) === (m.label === 1) ? " ✓" : " ✗";
+      return row([clockMs(m.ts), m.key ?? "–", pb, label, int(m.model_version)]);
+    }));
+    set(this.el, "ticker_note", `(${msgs.length ? "sample at " + clock(Date.now()) : "none in the last sample"}, every ${SAMPLE_EVERY / 1000} s)`);
+  }
+
+  topk(t) {
+    const e = this.block("topk", true);
+    const items = t.items || [];
+    set(e, "k", String(items.length));
+    set(e, "topk_window", t.start ? `window ${clockMs(t.start)} – ${clockMs(t.end)} (event time)` : (t.window === "current" ? "whole stream" : t.window || ""));
+    set(e, "topk_note", `${int(t.total)} values counted; any item not listed occurs at most ${int(t.max_untracked)} times; late ${int(t.late)}, dropped ${int(t.dropped)}.`);
+    const top = Math.max(1, ...items.map(it => it.upper || 0));
+    fill($(e, "table.topk tbody"), items.map(it => {
+      const r = el("span", "range");
+      const inner = el("i");
+      inner.style.left = (100 * (it.lower || 0) / top).toFixed(1) + "%";
+      inner.style.width = Math.max(0.5, 100 * ((it.upper || 0) - (it.lower || 0)) / top).toFixed(1) + "%";
+      const fillBar = el("b");
+      fillBar.style.width = (100 * (it.lower || 0) / top).toFixed(1) + "%";
+      r.append(fillBar, inner);
+      return row([it.key, int(it.estimate), int(it.lower), int(it.upper), r], ["", "num", "num", "num", "range"]);
+    }));
+  }
+
+  distinct(d, ts, chart) {
+    const e = this.block("distinct", true);
+    set(e, "distinct", int(d.estimate));
+    set(e, "distinct_err", isNum(d.std_error) ? fmt(100 * d.std_error, 2) + "%" : "–");
+    set(e, "distinct_low", int(d.lower));
+    set(e, "distinct_high", int(d.upper));
+    set(e, "distinct_window", d.start ? `window ${clockMs(d.start)} – ${clockMs(d.end)} (event time)` : "whole stream");
+    set(e, "distinct_note", `late ${int(d.late)}, dropped ${int(d.dropped)}`);
+    if (chart) this.chart("distinct").push(ts, d.estimate, d.lower, d.upper);
+  }
+
+  join(j, ts, chart) {
+    const e = this.block("join", true);
+    set(e, "matches", int(j.matches));
+    set(e, "match_rate", sig(j.match_rate));
+    set(e, "state_tuples", int(j.state_tuples));
+    set(e, "state_bytes", bytes(j.state_bytes) + (isNum(j.max_state_bytes) ? " / " + bytes(j.max_state_bytes) : ""));
+    bar(e, "state", isNum(j.max_state_bytes) && j.max_state_bytes > 0 ? j.state_bytes / j.max_state_bytes : 0);
+    set(e, "evictions", int(j.evictions));
+    set(e, "late", int(j.late));
+    const est = j.estimate || {};
+    set(e, "join_window", isNum(est.window_start) ? `window ${clockMs(est.window_start)} – ${clockMs(est.window_end)}` : "");
+    fill($(e, "table.estimates tbody"), ["count", "sum", "avg"].filter(k => est[k]).map(k =>
+      row([k.toUpperCase(), sig(est[k].estimate), sig(est[k].low), sig(est[k].high)], ["", "num", "num", "num"])));
+    if (chart) this.chart("join").push(ts, j.match_rate, j.state_bytes);
+    // The sampled match feed is livelier; the status' recent list stands in.
+    if (!this.matchesSampled && Array.isArray(j.recent)) this.matches(j.recent, "from the job's status");
+  }
+
+  matches(list, note) {
+    fill($(this.el, '[data-ticker="match"] tbody'), list.slice(-TICKER).reverse().map(m => row([
+      m.key ?? "–", clockMs(m.left_ts), clockMs(m.right_ts),
+      isNum(m.left_ts) && isNum(m.right_ts) ? int(m.right_ts - m.left_ts) : "–", sig(m.left_value), sig(m.right_value),
+    ], ["", "", "", "num", "num", "num"])));
+    set(this.el, "match_note", "(" + note + ")");
+  }
+
+  ft(f, s, ts, chart) {
+    const e = this.block("ft", true);
+    const st = f.state_thresholds || {}, pt = f.partition_thresholds || {}, b = f.backups || {};
+    const wc = f.worst_case || {}, pr = f.promise || {};
+    const parts = f.partitions || [];
+    set(e, "ft_mode", "mode " + (f.mode || "–") + (f.bounds ? ` · Θ ${sig(f.bounds.max_divergence)}, L ${int(f.bounds.max_pending)}, Γ ${int(f.bounds.max_unacked)}` : ""));
+    // logreg's state is one unit (the global model); the other kinds keep
+    // one unit per partition, each with its own θ, and report the sum.
+    const units = Array.isArray(f.units) ? f.units : null;
+    const n = units ? units.length : (s.kind === "logreg" ? 1 : Math.max(1, parts.length));
+    const theta = isNum(st.theta) ? st.theta * n : undefined;
+    set(e, "ft_div", sig(f.divergence) + " / " + sig(theta));
+    set(e, "ft_div_label", n > 1 ? `state divergence, sum of ${n} partitions / ${n}·θ` : "state divergence / θ");
+    bar(e, "div", theta > 0 ? f.divergence / theta : 0);
+    set(e, "ft_risk", int(wc.events) + " / " + int(pr.events));
+    bar(e, "risk", pr.events > 0 ? wc.events / pr.events : 0);
+    set(e, "ft_state", sig(wc.state) + " / " + sig(pr.state));
+    set(e, "ft_backups", int(b.full) + " + " + int(b.delta));
+    set(e, "ft_bytes", bytes(b.bytes));
+    set(e, "ft_kept", bytes(b.stored_bytes));
+    set(e, "ft_last", b.last ? clock(Date.parse(b.last)) : "none yet");
+    set(e, "ft_failures", int(f.failures));
+    set(e, "ft_errors", int(b.errors));
+    const queued = new Map((s.partitions || []).map(p => [p.partition, p.queue_depth]));
+    const unitOf = new Map((units || []).map(u => [u.partition, u]));
+    const rows = [];
+    if (!units && n === 1) rows.push(row(["global model", ratio(f.divergence, st.theta), "", "", "", "", ""]));
+    for (const p of parts) {
+      const u = unitOf.get(p.partition);
+      const div = u ? ratio(u.divergence, u.theta ?? st.theta) : n > 1 ? "in the sum above" : "in the global model";
+      rows.push(row([String(p.partition), div, ratio(p.pending, pt.l, int), ratio(p.unacked, pt.gamma, int),
+        int(queued.get(p.partition)), bytes(p.item_log_bytes), int(p.logged)], ["", "", "", "", "num", "num", "num"]));
+    }
+    fill($(e, "table.parts tbody"), rows);
+    if (chart) {
+      this.chart("backups").push(ts, (b.full || 0) + (b.delta || 0), b.bytes);
+      this.chart("div").push(ts, f.divergence, theta);
+    }
+    if (f.recovery) this.recovery(f.recovery);
+  }
+
+  backup(m) {
+    this.backups.unshift(m);
+    this.backups.length = Math.min(this.backups.length, 5);
+    fill($(this.el, "ol.backups"), this.backups.map(b => el("li", "",
+      `${clockMs(b.ts)} ${b.full ? "full" : "delta"}${isNum(b.partition) ? " (partition " + b.partition + ")" : ""}: ${bytes(b.bytes)}, divergence ${sig(b.divergence)}`)));
+  }
+
+  // recovery lists a recovery report once; it returns whether it was new.
+  recovery(r) {
+    if (!r || !r.at || this.recoveries.has(r.at)) return false;
+    this.recoveries.set(r.at, r);
+    const list = [...this.recoveries.values()].sort((a, b) => Date.parse(b.at) - Date.parse(a.at)).slice(0, KEEP);
+    fill($(this.el, "ol.recoveries"), list.map(recoveryItem));
+    this.health();
+    return true;
+  }
+
+  health() {
+    const h = healthOf(this, connected);
+    for (const root of [this.el, this.item]) {
+      const b = $(root, ".health");
+      b.textContent = h.text;
+      b.className = "health badge " + h.level;
+      b.title = h.why;
+      root.dataset.health = h.level;
+    }
+  }
+}
+
+function recoveryItem(r) {
+  const li = el("li", r.clean ? "clean" : r.within === false ? "bad" : "");
+  const bound = r.bound || {};
+  li.dataset.at = r.at;
+  li.dataset.clean = String(!!r.clean);
+  li.dataset.failures = String(r.failures ?? "");
+  li.dataset.lost = String(r.lost ?? "");
+  li.dataset.bound = String(bound.events ?? "");
+  li.dataset.within = String(!!r.within);
+  const when = clock(Date.parse(r.at));
+  if (r.clean) {
+    li.textContent = `${when}: clean restart after a graceful shutdown, nothing lost; ${int(r.backups)} backups applied in ${fmt(r.duration_ms, 0)} ms.`;
+    return li;
+  }
+  const head = el("div");
+  head.append(el("b", "", `${when}: recovered after failure ${int(r.failures)}: lost ${int(r.lost)} events`),
+    el("span", r.within ? "ok-text" : "bad-text", ` (bound ${int(bound.events)}: ${r.within ? "held" : "EXCEEDED"})`));
+  li.appendChild(head);
+  li.appendChild(ratio(r.lost, bound.events, int));
+  const ranges = [];
+  (r.lost_ranges || []).forEach((rs, p) => (rs || []).forEach(([a, b]) => ranges.push(`p${p}: ${a}–${b}`)));
+  const th = r.thresholds || {};
+  li.appendChild(el("div", "muted",
+    `state bound ${sig(bound.state)}, outputs ${int(bound.outputs)}; ${int(r.backups)} backups applied, ${int(r.replayed)} events replayed from item logs, in ${fmt(r.duration_ms, 0)} ms; ` +
+    `thresholds now θ ${sig(th.theta)}, l ${int(th.l)}, γ ${int(th.gamma)}` +
+    (ranges.length ? `; lost sequence numbers ${ranges.slice(0, 6).join(", ")}${ranges.length > 6 ? " …" : ""}` : "") +
+    ((r.skipped || []).length ? `; damaged files passed over: ${r.skipped.length}` : "")));
+  return li;
+}
+
+// healthOf says how a job does: bad when backups fail, a recovery lost
+// more than its bound, or its stats stopped; busy when its queues fill or
+// it falls behind its input; unknown while the feed is down.
+function healthOf(j, live) {
+  const s = j.status;
+  if (!live) return { level: "unknown", text: "unknown", why: "the dashboard is not connected" };
+  if (!s) return { level: "unknown", text: "waiting", why: "no stats yet" };
+  const f = s.ft || {};
+  const last = [...j.recoveries.values()].sort((a, b) => Date.parse(b.at) - Date.parse(a.at))[0];
+  if ((f.backups || {}).errors > 0) return { level: "bad", text: "backup errors", why: `${f.backups.errors} backups failed` };
+  if (last && !last.clean && last.within === false) return { level: "bad", text: "loss over bound", why: "the last recovery lost more than its bound" };
+  if (j.statsAt && Date.now() - j.statsAt > 5000) return { level: "bad", text: "no stats", why: "no stats message for over 5 s" };
+  const fill = s.queue_capacity > 0 ? s.queue_depth / s.queue_capacity : 0;
+  if (fill > 0.5) return { level: "warn", text: "queue " + Math.round(100 * fill) + "% full", why: "the partition queues are over half full" };
+  const r = s.rates || {};
+  if (r.accepted_per_s > 100 && r.processed_per_s < 0.8 * r.accepted_per_s) return { level: "warn", text: "behind", why: "processing is slower than input" };
+  return { level: "ok", text: "ok", why: "processing keeps up; backups work" };
+}
 
 function jobView(name, kind) {
   let j = jobs.get(name);
   if (j) return j;
-  const main = document.getElementById("jobs");
-  if (jobs.size === 0) main.innerHTML = "";
-  const el = document.getElementById("job-tpl").content.firstElementChild.cloneNode(true);
-  el.dataset.job = name;
-  $(el, ".name").textContent = name;
-  $(el, ".kind").textContent = kind || "";
-  main.appendChild(el);
-  j = { el, acc: [], loss: [], ticker: [] };
+  j = new JobView(name, kind);
   jobs.set(name, j);
+  document.getElementById("jobs").appendChild(j.el);
+  document.getElementById("joblist").appendChild(j.item);
+  document.querySelector("#overview .empty").hidden = true;
   return j;
 }
 
-function onStats(m) {
-  const s = m.stats, j = jobView(m.job, s.kind);
-  $(j.el, ".rate").textContent = int(s.rates.processed_per_s);
-  $(j.el, ".depth").textContent = int(s.queue_depth);
-  $(j.el, ".p50").textContent = fmt(s.latency.p50_ms, 2);
-  $(j.el, ".p99").textContent = fmt(s.latency.p99_ms, 2);
-  $(j.el, ".dropped").textContent = int(m.dropped);
-  if (s.model) $(j.el, ".version").textContent = int(s.model.version);
-  if (s.ft) onFT(j, s.ft);
-  if (s.topk) renderTopK(j, s.topk);
-  if (s.distinct) renderDistinct(j, s.distinct);
-  if (s.metrics) {
-    $(j.el, ".acc").textContent = fmt(s.metrics.recent.accuracy);
-    $(j.el, ".auc").textContent = fmt(s.metrics.recent.auc);
-    push(j.acc, [s.metrics.recent.accuracy, s.metrics.all.accuracy]);
-    push(j.loss, [s.metrics.recent.log_loss, s.metrics.all.log_loss]);
-    draw($(j.el, ".acc-chart"), j.acc);
-    draw($(j.el, ".loss-chart"), j.loss);
-  }
+function removeJob(name) {
+  const j = jobs.get(name);
+  if (!j) return;
+  j.el.remove();
+  j.item.remove();
+  jobs.delete(name);
+  document.querySelector("#overview .empty").hidden = jobs.size > 0;
 }
 
-function renderTopK(j, t) {
-  j.el.classList.add("no-model");
-  const box = $(j.el, ".synopsis");
-  box.innerHTML = "";
-  const h = document.createElement("h3");
-  h.textContent = "Top " + t.items.length + " (current window; any other item ≤ " + int(t.max_untracked) + "; late " + int(t.late) + ", dropped " + int(t.dropped) + ")";
-  const table = document.createElement("table");
-  table.innerHTML = "<thead><tr><th>item</th><th>estimate</th><th>lower</th><th>upper</th></tr></thead>";
-  const body = document.createElement("tbody");
-  for (const it of t.items) {
-    const tr = document.createElement("tr");
-    for (const v of [it.key, int(it.estimate), int(it.lower), int(it.upper)]) {
-      const td = document.createElement("td"); td.textContent = v; tr.appendChild(td);
-    }
-    body.appendChild(tr);
-  }
-  table.appendChild(body);
-  box.append(h, table);
-}
+// ---- polls ----
 
-function renderDistinct(j, d) {
-  j.el.classList.add("no-model");
-  $(j.el, ".synopsis").innerHTML = "";
-  const p = document.createElement("p");
-  p.className = "big";
-  p.textContent = int(d.estimate) + " distinct (± " + fmt(100 * d.std_error, 2) + "%, between " + int(d.lower) + " and " + int(d.upper) + ")";
-  $(j.el, ".synopsis").appendChild(p);
-}
-
-function onFT(j, f) {
-  $(j.el, ".ft-mode").textContent = "mode " + f.mode;
-  $(j.el, ".ft-div").textContent = fmt(f.divergence, 2) + " / " + fmt(f.state_thresholds.theta, 2);
-  $(j.el, ".ft-risk").textContent = int(f.worst_case.events) + " (max " + int(f.promise.events) + ")";
-  const pending = f.partitions.reduce((a, p) => a + p.pending, 0);
-  $(j.el, ".ft-pending").textContent = int(pending) + " / " + int(f.partition_thresholds.l * f.partitions.length);
-  $(j.el, ".ft-backups").textContent = int(f.backups.full) + " + " + int(f.backups.delta);
-  $(j.el, ".ft-bytes").textContent = int(f.backups.bytes);
-  $(j.el, ".ft-failures").textContent = int(f.failures);
-  if (f.recovery) onRecovery(j, f.recovery);
-}
-
-function onRecovery(j, r) {
-  $(j.el, ".ft-recovery").textContent = r.clean
-    ? "Restarted cleanly at " + new Date(r.at).toLocaleTimeString() + ": nothing lost."
-    : "Recovered at " + new Date(r.at).toLocaleTimeString() + " after failure " + r.failures + ": " + int(r.lost) +
-      " events lost (bound " + int(r.bound.events) + (r.within ? ", held" : ", EXCEEDED") + "), " + int(r.replayed) +
-      " replayed, " + r.backups + " backups applied in " + fmt(r.duration_ms, 0) + " ms.";
-}
-
-function push(series, point) { series.push(point); if (series.length > HISTORY) series.shift(); }
-
-function draw(canvas, series) {
-  const ctx = canvas.getContext("2d"), w = canvas.width, h = canvas.height;
-  ctx.clearRect(0, 0, w, h);
-  if (series.length < 2) return;
-  let lo = Infinity, hi = -Infinity;
-  for (const p of series) for (const v of p) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
-  if (hi - lo < 1e-6) { hi += 0.01; lo -= 0.01; }
-  const pad = (hi - lo) * 0.1; lo -= pad; hi += pad;
-  ctx.fillStyle = "#6b7280"; ctx.font = "11px sans-serif";
-  ctx.fillText(hi.toFixed(3), 4, 12); ctx.fillText(lo.toFixed(3), 4, h - 4);
-  for (let k = 0; k < 2; k++) {
-    ctx.beginPath(); ctx.setLineDash(k ? [4, 3] : []);
-    ctx.strokeStyle = k ? "#9ca3af" : "#2563eb"; ctx.lineWidth = 2;
-    series.forEach((p, i) => {
-      const x = 40 + (w - 44) * i / (HISTORY - 1), y = h - (p[k] - lo) / (hi - lo) * h;
-      i ? ctx.lineTo(x, y) : ctx.moveTo(x, y);
-    });
-    ctx.stroke();
-  }
-}
-
-function onPrediction(m) {
-  const j = jobView(m.job);
-  j.ticker.unshift(m);
-  j.ticker.length = Math.min(j.ticker.length, TICKER);
-}
-
-function renderTickers() {
-  for (const j of jobs.values()) {
-    const body = $(j.el, ".ticker tbody");
-    body.innerHTML = "";
-    for (const m of j.ticker) {
-      const tr = document.createElement("tr");
-      for (const v of [m.key || "–", fmt(m.p), m.label ?? "–", m.model_version]) {
-        const td = document.createElement("td"); td.textContent = v; tr.appendChild(td);
-      }
-      body.appendChild(tr);
-    }
-  }
-}
-setInterval(renderTickers, 500);
-
-async function loadJobs() {
+async function pollJobs() {
   const r = await fetch("/v1/jobs");
+  if (!r.ok) return;
   const data = await r.json();
-  for (const s of data.jobs) jobView(s.name, s.kind);
+  const list = data.jobs || [];
+  const names = new Set(list.map(s => s.name));
+  for (const name of [...jobs.keys()]) if (!names.has(name)) removeJob(name);
+  const ul = document.getElementById("joblist"), box = document.getElementById("jobs");
+  for (const s of list) {
+    const j = jobView(s.name, s.kind);
+    // Keep the service's order.
+    ul.appendChild(j.item);
+    box.appendChild(j.el);
+    if (!j.statsAt) j.update(s, Date.now(), false);
+  }
 }
 
-let retry = 500;
+// parseMetrics reads the counters the feed lacks from Prometheus' text format.
+function parseMetrics(text) {
+  const rejected = new Map(), shed = new Map();
+  for (const line of text.split("\n")) {
+    const m = /^mlstream_events_(rejected|shed)_total\{([^}]*)\}\s+(\S+)/.exec(line);
+    if (!m) continue;
+    const labels = {};
+    for (const [, k, v] of m[2].matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[k] = v;
+    const v = Number(m[3]);
+    if (m[1] === "rejected") rejected.set(labels.stream, (rejected.get(labels.stream) || 0) + v);
+    else shed.set(labels.job, (shed.get(labels.job) || 0) + v);
+  }
+  metricsCounts.rejected = rejected;
+  metricsCounts.shed = shed;
+  for (const j of jobs.values()) j.counts();
+}
+
+async function pollMetrics() {
+  const r = await fetch("/metrics");
+  if (r.ok) parseMetrics(await r.text());
+}
+
+function poll() {
+  if (!connected) return;
+  pollJobs().catch(() => {});
+  pollMetrics().catch(() => {});
+}
+setInterval(poll, POLL_EVERY);
+
+// ---- sampled tickers ----
+
+function wsURL(query) {
+  return (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/v1/ws?" + query;
+}
+
+// sample subscribes to one job's messages of one type, keeps the first n
+// (or what came within SAMPLE_WAIT) and unsubscribes: a ticker costs the
+// service a short burst every few seconds, not every message.
+function sample(job, type, n) {
+  return new Promise(resolve => {
+    const ws = new WebSocket(wsURL("jobs=" + encodeURIComponent(job) + "&types=" + type));
+    const got = [];
+    let opened = false, done = false;
+    const finish = () => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      ws.onmessage = ws.onclose = ws.onerror = null;
+      if (ws.readyState <= WebSocket.OPEN) ws.close();
+      resolve({ ok: opened, msgs: got });
+    };
+    const timer = setTimeout(finish, SAMPLE_WAIT);
+    ws.onopen = () => { opened = true; };
+    ws.onmessage = ev => {
+      got.push(JSON.parse(ev.data));
+      if (got.length >= n) finish();
+    };
+    ws.onclose = ws.onerror = finish;
+  });
+}
+
+async function sampleTickers() {
+  for (const j of [...jobs.values()]) {
+    if (!connected || document.hidden) return;
+    const s = j.status || {};
+    const wants = [];
+    if (s.model || s.metrics || j.kind === "logreg") wants.push("prediction");
+    if (s.join || j.kind === "join") wants.push("match");
+    for (const type of wants) {
+      if (j.sampleBroken[type]) continue;
+      const { ok, msgs } = await sample(j.name, type, TICKER);
+      if (!jobs.has(j.name)) break;
+      if (!ok) {
+        // A feed that refuses the type (an older service) is not asked again.
+        if (connected) j.sampleBroken[type] = true;
+        continue;
+      }
+      if (type === "prediction") j.predictions(msgs);
+      else if (msgs.length) {
+        j.matchesSampled = true;
+        j.matches(msgs.map(m => m.match || m), "sampled from the feed at " + clock(Date.now()));
+      }
+    }
+  }
+}
+
+async function tickerLoop() {
+  try { await sampleTickers(); } catch (e) { /* the next round retries */ }
+  setTimeout(tickerLoop, SAMPLE_EVERY);
+}
+
+// ---- the feed ----
+
+
+function setConn(state, text) {
+  const c = document.getElementById("conn");
+  c.dataset.state = state;
+  c.textContent = text;
+  c.className = "badge " + (state === "live" ? "on" : "off");
+}
+
+function banner(text, kind) {
+  const b = document.getElementById("banner");
+  $(b, ".text").textContent = text;
+  b.dataset.kind = kind;
+  b.hidden = false;
+}
+$(document, "#banner .close").onclick = () => { document.getElementById("banner").hidden = true; };
+
+function reconnectText() {
+  const down = ((reconnectedAt - lostAt) / 1000).toFixed(1);
+  let t = `Reconnected at ${clock(reconnectedAt)} after ${down} s offline.`;
+  const parts = [];
+  for (const name of restarted) {
+    const j = jobs.get(name);
+    const r = j && [...j.recoveries.values()].sort((a, b) => Date.parse(b.at) - Date.parse(a.at))[0];
+    if (!r) continue;
+    parts.push(r.clean ? `${name}: clean restart, nothing lost`
+      : `${name}: recovered, lost ${int(r.lost)} events (bound ${int((r.bound || {}).events)}, ${r.within ? "held" : "EXCEEDED"})`);
+  }
+  if (parts.length) t += " The service restarted: " + parts.join("; ") + ".";
+  return t;
+}
+
+function onMessage(m) {
+  if (typeof m.job !== "string") return;
+  const j = jobView(m.job, m.stats && m.stats.kind);
+  switch (m.type) {
+  case "stats":
+    j.statsAt = Date.now();
+    j.update(m.stats || {}, m.ts || Date.now(), true);
+    set(j.el, "dropped", int(m.dropped));
+    break;
+  case "recovery":
+    if (j.recovery(m.recovery) && lostAt && Date.parse(m.recovery.at) >= lostAt - 1000) {
+      // A recovery that happened while we were away: the service restarted.
+      restarted.add(m.job);
+      for (const c of Object.values(j.charts)) c.gap(Date.parse(m.recovery.at));
+      if (reconnectedAt) banner(reconnectText(), "reconnected");
+    }
+    break;
+  case "backup":
+    j.backup(m);
+    break;
+  case "topk":
+    if (m.topk) j.topk(m.topk);
+    break;
+  case "distinct":
+    if (m.distinct) j.distinct(m.distinct, m.ts, false);
+    break;
+  }
+}
+
 function connect() {
-  const conn = document.getElementById("conn");
-  const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/v1/ws?types=stats,prediction,recovery");
-  ws.onopen = () => { conn.textContent = "live"; conn.className = "badge on"; retry = 500; loadJobs().catch(() => {}); };
+  const ws = new WebSocket(wsURL("types=stats,backup,recovery,topk,distinct"));
+  feed = ws;
+  ws.onopen = () => {
+    connected = true;
+    retryMs = 250;
+    lastMsgAt = Date.now();
+    setConn("live", "live");
+    for (const j of jobs.values()) j.sampleBroken = {};
+    if (everConnected && lostAt) {
+      reconnectedAt = Date.now();
+      banner(reconnectText(), "reconnected");
+    }
+    everConnected = true;
+    poll();
+  };
   ws.onmessage = ev => {
-    const m = JSON.parse(ev.data);
-    if (m.type === "stats") onStats(m);
-    else if (m.type === "prediction") onPrediction(m);
-    else if (m.type === "recovery") onRecovery(jobView(m.job), m.recovery);
+    lastMsgAt = Date.now();
+    document.getElementById("last").textContent = "updated " + clock(lastMsgAt);
+    onMessage(JSON.parse(ev.data));
   };
   ws.onclose = () => {
-    conn.textContent = "reconnecting…"; conn.className = "badge off";
-    setTimeout(connect, retry); retry = Math.min(retry * 2, 5000);
+    if (feed !== ws) return;
+    feed = null;
+    if (connected || !lostAt) {
+      lostAt = Date.now();
+      reconnectedAt = 0;
+      restarted.clear();
+    }
+    connected = false;
+    setConn("reconnecting", (everConnected ? "offline since " + clock(lostAt) : "cannot reach the service") + ", reconnecting…");
+    for (const j of jobs.values()) j.health();
+    setTimeout(connect, retryMs);
+    retryMs = Math.min(retryMs * 2, BACKOFF_MAX);
   };
 }
+
+// A feed that went silent (a half-open connection) is replaced.
+setInterval(() => {
+  if (connected && feed && Date.now() - lastMsgAt > SILENCE) feed.close();
+  for (const j of jobs.values()) j.health();
+}, 1000);
+
+pollJobs().catch(() => {});
 connect();
+tickerLoop();

@@ -1,0 +1,397 @@
+package main
+
+// Browser tests of the dashboard: Debian's chromium, headless, driven by
+// chromedp, against the real binary running `mlstream demo`.
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromiumPath finds a Chromium binary. Without one the test is skipped,
+// except in CI (CI set), where .ci/run installs it and its absence fails.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "" {
+		t.Skip("no chromium binary on PATH (CI unset): install Debian's chromium to run the dashboard tests")
+	}
+	t.Fatal("no chromium binary on PATH; .ci/run installs Debian's chromium")
+	return ""
+}
+
+// freeAddr returns a loopback address with a free port, so a restarted
+// server can listen where the page expects it.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// browser is one headless Chromium tab and everything its console said.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+
+	mu      sync.Mutex
+	console []chromedp.ConsoleMessage
+	// outages are the intervals in which the server was down on purpose:
+	// the browser's network errors (failed WebSocket connections) are
+	// expected there, and nowhere else.
+	outages [][2]time.Time
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	b := &browser{t: t, ctx: ctx}
+	t.Cleanup(func() {
+		cancelTab()
+		cancelAlloc()
+	})
+	// The first Run starts the browser; it must not carry a timeout.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	msgs := chromedp.Console(ctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.Time.IsZero() {
+				m.Time = time.Now()
+			}
+			b.mu.Lock()
+			b.console = append(b.console, m)
+			b.mu.Unlock()
+		}
+	}()
+	t.Cleanup(b.saveOnFailure) // runs before the browser stops
+	return b
+}
+
+// saveOnFailure keeps a screenshot and the console log of a failed test and
+// prints their paths. t.TempDir is removed even after a failure, so they go
+// to the test's artifact directory with -artifacts, else to a directory
+// under os.TempDir that stays.
+func (b *browser) saveOnFailure() {
+	t := b.t
+	if !t.Failed() {
+		return
+	}
+	var dir string
+	if f := flag.Lookup("test.artifacts"); f != nil && f.Value.String() == "true" {
+		dir = t.ArtifactDir()
+	} else if d, err := os.MkdirTemp("", "mlstream-dashboard-"); err == nil {
+		dir = d
+	} else {
+		t.Logf("no directory for the failure report: %v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	shot := filepath.Join(dir, "screenshot.png")
+	if png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)); err != nil {
+		t.Logf("screenshot failed: %v", err)
+	} else if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Logf("saving the screenshot: %v", err)
+	} else {
+		t.Logf("screenshot of the page: %s", shot)
+	}
+	log := filepath.Join(dir, "console.log")
+	if err := os.WriteFile(log, []byte(b.consoleLog()), 0o644); err != nil {
+		t.Logf("saving the console log: %v", err)
+	} else {
+		t.Logf("console log of the page: %s", log)
+	}
+}
+
+func (b *browser) consoleLog() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var s strings.Builder
+	for _, m := range b.console {
+		fmt.Fprintf(&s, "%s %s", m.Time.Format("15:04:05.000"), m)
+		if m.Source != "" {
+			fmt.Fprintf(&s, " (source %s)", m.Source)
+		}
+		if m.URL != "" {
+			fmt.Fprintf(&s, " at %s:%d", m.URL, m.Line)
+		}
+		s.WriteString("\n")
+	}
+	return s.String()
+}
+
+// checkConsole fails the test on any exception or console error, and on
+// any error of the browser itself outside the outages.
+func (b *browser) checkConsole() {
+	b.t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, m := range b.console {
+		bad := m.IsException() || m.Type == chromedp.ConsoleError
+		if bad && m.Source != "" {
+			for _, o := range b.outages {
+				if !m.Time.Before(o[0]) && !m.Time.After(o[1]) {
+					bad = false
+				}
+			}
+		}
+		if bad {
+			b.t.Errorf("console: %s (source %q, %s:%d)", m, m.Source, m.URL, m.Line)
+		}
+	}
+}
+
+// pageState reads what the tests look at, by the data attributes the page
+// keeps for them.
+const pageState = `() => {
+  const job = name => document.querySelector('section.job[data-job="' + name + '"]');
+  const f = (name, field) => { const e = job(name) && job(name).querySelector('[data-f="' + field + '"]'); return e ? e.textContent.trim() : ""; };
+  const points = (name, chart) => { const e = job(name) && job(name).querySelector('[data-chart="' + chart + '"]'); return e ? Number(e.dataset.points || 0) : 0; };
+  const rows = (name, sel) => job(name) ? job(name).querySelectorAll(sel + " tbody tr").length : 0;
+  const banner = document.getElementById("banner");
+  return {
+    conn: document.getElementById("conn").dataset.state,
+    jobs: [...document.querySelectorAll("#joblist li")].map(li => li.dataset.job + ":" + li.dataset.kind),
+    blocks: Object.fromEntries([...document.querySelectorAll("section.job")].map(e => [e.dataset.job, [...e.querySelectorAll("[data-block]")].filter(b => !b.hidden).map(b => b.dataset.block).sort().join(",")])),
+    health: Object.fromEntries([...document.querySelectorAll("#joblist li")].map(li => [li.dataset.job, li.dataset.health])),
+    processed: f("clicks", "processed"), version: f("clicks", "version"), rate: f("clicks", "rate"),
+    acc: points("clicks", "acc"), loss: points("clicks", "loss"), ratePoints: points("clicks", "rate"),
+    backupPoints: points("clicks", "backups"), ftBackups: f("clicks", "ft_backups"),
+    predictions: rows("clicks", '[data-ticker="prediction"]'),
+    topk: rows("top-features", "table.topk"), distinct: f("users", "distinct"), distinctPoints: points("users", "distinct"),
+    recoveries: job("clicks") ? [...job("clicks").querySelectorAll("ol.recoveries li[data-at]")].map(li => ({...li.dataset})) : [],
+    banner: banner.hidden ? "" : banner.textContent.trim(),
+    overflow: document.documentElement.scrollWidth - window.innerWidth,
+  };
+}`
+
+// waitFor polls the page until cond, a JavaScript expression over s (the
+// page state now) and s0 (a state read earlier), is true.
+func (b *browser) waitFor(what, cond string, s0 any, timeout time.Duration) {
+	b.t.Helper()
+	init, err := json.Marshal(s0)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	expr := fmt.Sprintf(`((s0) => { const s = (%s)(); return %s; })(%s)`, pageState, cond, init)
+	ctx, cancel := context.WithTimeout(b.ctx, timeout+5*time.Second)
+	defer cancel()
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(timeout)))
+	if err != nil {
+		b.t.Fatalf("%s: %v\npage state: %s", what, err, b.stateJSON())
+	}
+}
+
+func (b *browser) state() map[string]any {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]any]("(" + pageState + ")()"))
+	if err != nil {
+		b.t.Fatalf("reading the page: %v", err)
+	}
+	return s
+}
+
+func (b *browser) stateJSON() string {
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte]("(" + pageState + ")()"))
+	if err != nil {
+		return "unreadable: " + err.Error()
+	}
+	return string(s)
+}
+
+func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// The dashboard of a running demo: it loads without console errors, lists
+// the jobs the API lists, its counters and charts move, it fits a laptop
+// and a phone, and after a kill -9 and a restart it reconnects by itself
+// and shows the recovery.
+func TestDashboardInBrowser(t *testing.T) {
+	b := newBrowser(t)
+	addr, data := freeAddr(t), t.TempDir()
+	args := []string{"demo", "--addr", addr, "--data", data, "--rate", "2000"}
+	srv := start(t, args...)
+	url := srv.url()
+
+	b.do("loading the dashboard", chromedp.Navigate(url+"/"))
+	b.waitFor("the feed connects", `s.conn === "live"`, nil, 15*time.Second)
+
+	// The job list equals GET /v1/jobs, names, kinds and order.
+	var list struct {
+		Jobs []struct{ Name, Kind string }
+	}
+	getJSON(t, url+"/v1/jobs", &list)
+	var want []string
+	for _, j := range list.Jobs {
+		want = append(want, j.Name+":"+j.Kind)
+	}
+	if len(want) < 3 {
+		t.Fatalf("the demo runs %v, want at least 3 jobs", want)
+	}
+	b.waitFor("the job list equals GET /v1/jobs", `JSON.stringify(s.jobs) === JSON.stringify(s0)`, want, 10*time.Second)
+	// Each job shows its kind's panel and the fault-tolerance panel.
+	panels := map[string]string{}
+	for _, j := range list.Jobs {
+		panels[j.Name] = map[string]string{"logreg": "logreg", "heavy_hitters": "topk", "distinct": "distinct", "join": "join"}[j.Kind]
+	}
+	b.waitFor("each job shows its panels", `Object.entries(s0).every(([job, p]) => ["ft", p].every(x => (s.blocks[job] || "").split(",").includes(x)))`, panels, 10*time.Second)
+
+	// Counters and charts change; every panel fills.
+	s0 := b.state()
+	b.waitFor("counters and charts change", `s.processed !== s0.processed && s.version !== s0.version && s.version !== "–"
+		&& s.acc >= s0.acc + 3 && s.loss >= s0.loss + 3 && s.ratePoints >= s0.ratePoints + 3 && s.backupPoints >= s0.backupPoints + 3
+		&& s.distinctPoints >= s0.distinctPoints + 3 && s.topk > 0 && s.distinct !== "–" && s.predictions > 0
+		&& s.ftBackups !== "–" && Object.values(s.health).every(h => h === "ok")`, s0, 15*time.Second)
+
+	// A phone and a laptop: nothing wider than the screen; at 1280 px the
+	// model's two charts sit side by side.
+	b.do("phone width", chromedp.EmulateViewport(400, 860, chromedp.EmulateMobile))
+	b.waitFor("the page fits 400 px", `s.overflow <= 0`, nil, 5*time.Second)
+	b.do("laptop width", chromedp.EmulateViewport(1280, 900))
+	b.waitFor("the page fits 1280 px with charts side by side", `s.overflow <= 0 && (() => {
+		const [a, l] = ["acc", "loss"].map(c => document.querySelector('section.job[data-job="clicks"] [data-chart="' + c + '"]').getBoundingClientRect());
+		return a.top === l.top && a.width > 400 && l.left > a.right; })()`, nil, 5*time.Second)
+	b.checkConsole()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// kill -9 and a restart on the same data and address.
+	killed := time.Now()
+	kill9(t, srv)
+	b.waitFor("the page notices the service is gone", `s.conn === "reconnecting"`, nil, 10*time.Second)
+	srv = start(t, args...)
+	if u := srv.url(); u != url {
+		t.Fatalf("restarted at %s, want %s", u, url)
+	}
+	var job struct {
+		FT struct {
+			Recovery *struct {
+				At       string
+				Failures int
+				Lost     int64
+				Within   bool
+				Clean    bool
+			}
+		}
+	}
+	getJSON(t, url+"/v1/jobs/"+demoJob, &job)
+	rec := job.FT.Recovery
+	if rec == nil || rec.Clean || rec.Failures != 1 {
+		t.Fatalf("recovery after kill -9: %+v", rec)
+	}
+	b.waitFor("the page reconnects and shows the recovery", `s.conn === "live" && /Reconnected at/.test(s.banner)
+		&& s.banner.includes("The service restarted") && s.banner.includes("clicks")
+		&& s.recoveries.some(r => r.at === s0.at && r.failures === "1" && r.lost === String(s0.lost) && r.within === String(s0.within) && r.clean === "false")`,
+		map[string]any{"at": rec.At, "lost": rec.Lost, "within": rec.Within}, 20*time.Second)
+	b.mu.Lock()
+	b.outages = append(b.outages, [2]time.Time{killed, time.Now()})
+	b.mu.Unlock()
+
+	// Live again: counters move after the restart.
+	s1 := b.state()
+	b.waitFor("counters change after the restart", `s.processed !== s0.processed && s.acc > s0.acc && Object.values(s.health).every(h => h === "ok")`, s1, 15*time.Second)
+	// A join job's panel, from statuses shaped as join jobs report them,
+	// whole and with every field missing. No ticker samples them: they
+	// are not the service's jobs.
+	b.do("feeding the page join stats", chromedp.Evaluate[chromedp.Void](`[
+		{name: "join-probe", kind: "join", streams: ["impressions", "clicks"], rates: {}, latency: {}, join: {
+			matches: 1234, match_rate: 56.5, state_tuples: 800, state_bytes: 65536, max_state_bytes: 1048576, evictions: 3, late: 1,
+			estimate: {window_start: 1000, window_end: 31000, count: {estimate: 10, low: 8, high: 12}, sum: {estimate: 5.5, low: 5, high: 6}, avg: {estimate: 0.55, low: 0.5, high: 0.6}},
+			recent: [{key: "ad-1", left_ts: 1000, right_ts: 1500, left_value: 1, right_value: 2}]}},
+		{name: "join-sparse", kind: "join", join: {}},
+	].forEach(st => { onMessage({type: "stats", job: st.name, ts: Date.now(), dropped: 0, stats: st}); jobs.get(st.name).sampleBroken = {match: true}; })`))
+	b.waitFor("the join panel shows", `(() => {
+		const j = document.querySelector('section.job[data-job="join-probe"]'), sp = document.querySelector('section.job[data-job="join-sparse"]');
+		const f = k => j.querySelector('[data-f="' + k + '"]').textContent;
+		return s.blocks["join-probe"].includes("join") && s.blocks["join-sparse"].includes("join") && f("matches") === "1,234" && f("state_bytes") === "64.0 KiB / 1.0 MiB"
+			&& j.querySelectorAll("table.estimates tbody tr").length === 3 && j.querySelectorAll('[data-ticker="match"] tbody tr').length === 1
+			&& sp.querySelector('[data-f="matches"]').textContent === "–"; })()`, nil, 5*time.Second)
+	b.do("removing the join probes", chromedp.Evaluate[chromedp.Void](`removeJob("join-probe"), removeJob("join-sparse")`))
+
+	if dir := os.Getenv("MLSTREAM_DASHBOARD_SHOTS"); dir != "" {
+		b.screenshots(dir)
+	}
+	b.checkConsole()
+	if testing.Verbose() {
+		t.Logf("console of the page:\n%s", b.consoleLog())
+	}
+}
+
+// screenshots saves the page at laptop and phone width, a screenful a
+// file, for a look by eye (MLSTREAM_DASHBOARD_SHOTS=dir).
+func (b *browser) screenshots(dir string) {
+	for _, w := range []int64{1280, 400} {
+		b.do("viewport", chromedp.EmulateViewport(w, 900))
+		b.waitFor("layout settles", `s.overflow <= 0`, nil, 5*time.Second)
+		for i := 0; ; i++ {
+			ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+			more, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`window.scrollTo(0, %d * 800), window.scrollY + innerHeight < document.documentElement.scrollHeight`, i)))
+			var png []byte
+			if err == nil {
+				png, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
+			}
+			cancel()
+			if err != nil {
+				b.t.Fatal(err)
+			}
+			p := filepath.Join(dir, fmt.Sprintf("dashboard-%d-%02d.png", w, i))
+			if err := os.WriteFile(p, png, 0o644); err != nil {
+				b.t.Fatal(err)
+			}
+			if !more {
+				break
+			}
+		}
+		b.t.Logf("screenshots: %s/dashboard-%d-*.png", dir, w)
+	}
+}
