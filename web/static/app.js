@@ -372,6 +372,7 @@ class JobView {
       this.chart("backups").push(ts, (b.full || 0) + (b.delta || 0), b.bytes);
       this.chart("div").push(ts, f.divergence, theta);
     }
+    for (const r of Array.isArray(f.recoveries) ? f.recoveries : []) this.recovery(r);
     if (f.recovery) this.recovery(f.recovery);
   }
 
