@@ -3,7 +3,9 @@ package api
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/go-chi/chi/v5"
@@ -148,14 +150,9 @@ func (s *Server) topK(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	k := 0
-	if v := q.Get("k"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, apiError{Error: "k must be a positive integer", Field: "k"})
-			return
-		}
-		k = n
+	k, ok := intParam(w, q, "k", 0, 1, math.MaxInt32)
+	if !ok {
+		return
 	}
 	t, err := j.TopK(windowParam(q.Get("window")), k)
 	if err != nil {
@@ -177,6 +174,40 @@ func (s *Server) distinct(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, c)
+}
+
+// matches serves GET /v1/jobs/{job}/matches[?limit=20&window=current|last|all].
+func (s *Server) matches(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.lookupJob(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	limit, ok := intParam(w, q, "limit", 20, 0, 1000)
+	if !ok {
+		return
+	}
+	m, err := j.Matches(windowParam(q.Get("window")), limit)
+	if err != nil {
+		synopsisError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+// intParam reads an optional integer query parameter in [lo, hi]; on a bad
+// value it answers 400 and reports false.
+func intParam(w http.ResponseWriter, q url.Values, name string, def, lo, hi int) (int, bool) {
+	v := q.Get(name)
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		writeError(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("%s must be an integer in [%d, %d], got %q", name, lo, hi, v), Field: name})
+		return 0, false
+	}
+	return n, true
 }
 
 func windowParam(v string) string {

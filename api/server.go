@@ -96,6 +96,7 @@ func New(cfg Config) *Server {
 		r.Get("/jobs/{job}/model", s.model)
 		r.Get("/jobs/{job}/topk", s.topK)
 		r.Get("/jobs/{job}/distinct", s.distinct)
+		r.Get("/jobs/{job}/matches", s.matches)
 		r.Get("/ws", s.ws)
 	})
 	if cfg.Dashboard != nil {

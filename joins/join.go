@@ -121,6 +121,19 @@ type Counters struct {
 	Recovers int     `json:"recoveries"`
 }
 
+// Add sums the counters of another partition into c.
+func (c *Counters) Add(o *Counters) {
+	c.Seen += o.Seen
+	c.Sampled += o.Sampled
+	c.Matches += o.Matches
+	c.Late += o.Late
+	c.Expired += o.Expired
+	c.Evicted += o.Evicted
+	c.Lost += o.Lost
+	c.Recovers += o.Recovers
+	c.MaxTS = max(c.MaxTS, o.MaxTS)
+}
+
 // Join is a windowed symmetric hash join of two streams.
 type Join struct {
 	cfg       Config

@@ -25,6 +25,7 @@ type Batch struct {
 
 type jobBatch struct {
 	job   *Job
+	side  uint8      // of a join: which of its streams this is
 	parts [][]Record // per partition
 	arena arena
 }
@@ -44,7 +45,11 @@ func (e *Engine) NewBatch(stream string) (*Batch, error) {
 	now := time.Now()
 	b := &Batch{e: e, stream: stream, now: now, nowMs: now.UnixMilli()}
 	for _, j := range readers {
-		b.jobs = append(b.jobs, &jobBatch{job: j, parts: make([][]Record, len(j.parts))})
+		jb := &jobBatch{job: j, parts: make([][]Record, len(j.parts))}
+		if j.spec.Right == stream {
+			jb.side = 1
+		}
+		b.jobs = append(b.jobs, jb)
 	}
 	return b, nil
 }
@@ -69,7 +74,7 @@ func (b *Batch) Add(v *fastjson.Value, line int) error {
 		return &InputError{Line: line, Msg: fmt.Sprintf("an event must be a JSON object, got %s", v.Type())}
 	}
 	for _, jb := range b.jobs {
-		var rec Record
+		rec := Record{Side: jb.side}
 		if err := jb.job.kind.extract(v, &rec, &jb.arena, b.nowMs); err != nil {
 			return inputError(err, line)
 		}

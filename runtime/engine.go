@@ -156,8 +156,10 @@ func (e *Engine) PutJob(spec Spec) (created bool, err error) {
 	}
 	j.sample(time.Now())
 	e.mu.jobs[spec.Name] = j
-	e.mu.streams[spec.Input] = append(e.mu.streams[spec.Input], j)
-	e.log.Info("job started", "job", spec.Name, "kind", spec.Kind, "input", spec.Input, "partitions", spec.Partitions)
+	for _, st := range spec.Streams() {
+		e.mu.streams[st] = append(e.mu.streams[st], j)
+	}
+	e.log.Info("job started", "job", spec.Name, "kind", spec.Kind, "streams", spec.Streams(), "partitions", spec.Partitions)
 	return true, nil
 }
 
@@ -199,17 +201,19 @@ func (e *Engine) DeleteJob(name string) error {
 		return ErrUnknownJob
 	}
 	delete(e.mu.jobs, name)
-	readers := e.mu.streams[j.spec.Input]
-	kept := readers[:0:0]
-	for _, r := range readers {
-		if r != j {
-			kept = append(kept, r)
+	for _, st := range j.spec.Streams() {
+		readers := e.mu.streams[st]
+		kept := readers[:0:0]
+		for _, r := range readers {
+			if r != j {
+				kept = append(kept, r)
+			}
 		}
-	}
-	if len(kept) == 0 {
-		delete(e.mu.streams, j.spec.Input)
-	} else {
-		e.mu.streams[j.spec.Input] = kept
+		if len(kept) == 0 {
+			delete(e.mu.streams, st)
+		} else {
+			e.mu.streams[st] = kept
+		}
 	}
 	e.mu.Unlock()
 	j.stop()

@@ -259,7 +259,8 @@ func (j *Job) sample(now time.Time) {
 type JobStatus struct {
 	Name       string            `json:"name"`
 	Kind       string            `json:"kind"`
-	Input      string            `json:"input"`
+	Input      string            `json:"input,omitempty"`
+	Streams    []string          `json:"streams"`
 	Spec       Spec              `json:"spec"`
 	Created    time.Time         `json:"created"`
 	Accepted   uint64            `json:"accepted"`
@@ -276,6 +277,8 @@ type JobStatus struct {
 	// heavy_hitters: the current window's top k; distinct: its count.
 	TopK     *TopK          `json:"topk,omitempty"`
 	Distinct *DistinctCount `json:"distinct,omitempty"`
+	// join: matches, state and the current window's estimates.
+	Join *JoinStatus `json:"join,omitempty"`
 
 	// logreg
 	Model   *learners.Snapshot `json:"model,omitempty"`
@@ -294,7 +297,7 @@ type PartitionStatus struct {
 // extras (model weights).
 func (j *Job) Status(detail bool) JobStatus {
 	st := JobStatus{
-		Name: j.spec.Name, Kind: j.spec.Kind, Input: j.spec.Input, Spec: j.spec, Created: j.created,
+		Name: j.spec.Name, Kind: j.spec.Kind, Input: j.spec.Input, Streams: j.spec.Streams(), Spec: j.spec, Created: j.created,
 		Accepted: j.accepted.Load(), QueueDepth: j.depth(),
 	}
 	for _, p := range j.parts {

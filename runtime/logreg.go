@@ -288,9 +288,9 @@ type Predictor struct {
 
 // Predictor returns a predictor for a logreg job.
 func (j *Job) Predictor() (*Predictor, error) {
-	lj, ok := j.kind.(*logregJob)
-	if !ok {
-		return nil, fmt.Errorf("%w: job %q is of kind %q; predictions need kind logreg", ErrNotSupported, j.spec.Name, j.spec.Kind)
+	lj, err := kindAs[*logregJob](j, "predictions", "logreg")
+	if err != nil {
+		return nil, err
 	}
 	return &Predictor{j: lj}, nil
 }
@@ -322,9 +322,9 @@ type ModelView struct {
 // Model returns a snapshot of a logreg job's global model; with weights,
 // the limit largest non-zero weights (limit <= 0: all).
 func (j *Job) Model(weights bool, limit int) (ModelView, error) {
-	lj, ok := j.kind.(*logregJob)
-	if !ok {
-		return ModelView{}, fmt.Errorf("%w: job %q is of kind %q; a model needs kind logreg", ErrNotSupported, j.spec.Name, j.spec.Kind)
+	lj, err := kindAs[*logregJob](j, "a model", "logreg")
+	if err != nil {
+		return ModelView{}, err
 	}
 	return ModelView{Job: j.spec.Name, Snapshot: lj.model.Snapshot(weights, limit), Metrics: lj.metrics()}, nil
 }

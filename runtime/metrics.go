@@ -17,6 +17,8 @@ type metrics struct {
 
 	processed, depth, capacity, shed, version, quality, latency, wsDropped, wsClients *prometheus.Desc
 
+	joinMatches, joinTuples, joinState, joinMaxState *prometheus.Desc
+
 	ftDivergence, ftThreshold, ftPending, ftUnacked, ftItemLog, ftBackups, ftBackupBytes, ftFailures, ftWorst, ftPromise, ftLost *prometheus.Desc
 }
 
@@ -29,15 +31,19 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 		refusedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mlstream_events_rejected_total", Help: "Events refused per stream and reason: bad_input (400), too_large (413), busy (429), unknown_stream (404), closed (503).",
 		}, []string{"stream", "reason"}),
-		processed: prometheus.NewDesc("mlstream_events_processed_total", "Events processed per job.", []string{"job"}, nil),
-		shed:      prometheus.NewDesc("mlstream_events_shed_total", "Events dropped by load shedding per job (shedding is not enabled in this version: always 0).", []string{"job"}, nil),
-		depth:     prometheus.NewDesc("mlstream_queue_depth", "Events queued and not yet processed, per partition.", []string{"job", "partition"}, nil),
-		capacity:  prometheus.NewDesc("mlstream_queue_capacity", "Capacity of each partition queue, in events.", []string{"job", "partition"}, nil),
-		latency:   prometheus.NewDesc("mlstream_processing_latency_seconds", "Time from queueing to processed, per event.", []string{"job"}, nil),
-		version:   prometheus.NewDesc("mlstream_model_version", "Version of the global model (merges applied).", []string{"job"}, nil),
-		quality:   prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss or auc; window is all or recent.", []string{"job", "metric", "window"}, nil),
-		wsClients: prometheus.NewDesc("mlstream_ws_clients", "Connected WebSocket subscribers.", nil, nil),
-		wsDropped: prometheus.NewDesc("mlstream_ws_dropped_total", "Messages dropped because a subscriber's backlog was full.", nil, nil),
+		processed:    prometheus.NewDesc("mlstream_events_processed_total", "Events processed per job.", []string{"job"}, nil),
+		shed:         prometheus.NewDesc("mlstream_events_shed_total", "Events dropped by load shedding per job (shedding is not enabled in this version: always 0).", []string{"job"}, nil),
+		depth:        prometheus.NewDesc("mlstream_queue_depth", "Events queued and not yet processed, per partition.", []string{"job", "partition"}, nil),
+		capacity:     prometheus.NewDesc("mlstream_queue_capacity", "Capacity of each partition queue, in events.", []string{"job", "partition"}, nil),
+		latency:      prometheus.NewDesc("mlstream_processing_latency_seconds", "Time from queueing to processed, per event.", []string{"job"}, nil),
+		version:      prometheus.NewDesc("mlstream_model_version", "Version of the global model (merges applied).", []string{"job"}, nil),
+		quality:      prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss or auc; window is all or recent.", []string{"job", "metric", "window"}, nil),
+		joinMatches:  prometheus.NewDesc("mlstream_join_matches_total", "Pairs a join found (with sampling, pairs of sampled tuples).", []string{"job"}, nil),
+		joinTuples:   prometheus.NewDesc("mlstream_join_tuples_total", "Tuples of a join by outcome: late (dropped, behind the watermark), expired (left the state past the interval), evicted (left it early for max_state).", []string{"job", "outcome"}, nil),
+		joinState:    prometheus.NewDesc("mlstream_join_state_bytes", "Accounted bytes of a join's buffered tuples and key index.", []string{"job"}, nil),
+		joinMaxState: prometheus.NewDesc("mlstream_join_max_state_bytes", "A join's max_state.", []string{"job"}, nil),
+		wsClients:    prometheus.NewDesc("mlstream_ws_clients", "Connected WebSocket subscribers.", nil, nil),
+		wsDropped:    prometheus.NewDesc("mlstream_ws_dropped_total", "Messages dropped because a subscriber's backlog was full.", nil, nil),
 
 		ftDivergence:  prometheus.NewDesc("mlstream_ft_divergence", "State divergence from the last backup, in the kind's unit.", []string{"job"}, nil),
 		ftThreshold:   prometheus.NewDesc("mlstream_ft_threshold", "Current fault-tolerance thresholds: theta (state), l (pending events per partition), gamma (unacknowledged per partition).", []string{"job", "threshold"}, nil),
@@ -72,6 +78,7 @@ func (e *Engine) Refused(stream, reason string, n int) { e.metrics.refused(strea
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.version, m.quality, m.wsClients, m.wsDropped,
+		m.joinMatches, m.joinTuples, m.joinState, m.joinMaxState,
 		m.ftDivergence, m.ftThreshold, m.ftPending, m.ftUnacked, m.ftItemLog, m.ftBackups, m.ftBackupBytes, m.ftFailures, m.ftWorst, m.ftPromise, m.ftLost} {
 		ch <- d
 	}
@@ -103,6 +110,14 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		j.kind.status(&st, false)
 		if st.Model != nil {
 			ch <- prometheus.MustNewConstMetric(m.version, prometheus.GaugeValue, float64(st.Model.Version), name)
+		}
+		if js := st.Join; js != nil {
+			ch <- prometheus.MustNewConstMetric(m.joinMatches, prometheus.CounterValue, float64(js.Matches), name)
+			for outcome, n := range map[string]uint64{"late": js.Late, "expired": js.Expired, "evicted": js.Evicted} {
+				ch <- prometheus.MustNewConstMetric(m.joinTuples, prometheus.CounterValue, float64(n), name, outcome)
+			}
+			ch <- prometheus.MustNewConstMetric(m.joinState, prometheus.GaugeValue, float64(js.StateBytes), name)
+			ch <- prometheus.MustNewConstMetric(m.joinMaxState, prometheus.GaugeValue, float64(js.MaxStateBytes), name)
 		}
 		if st.Metrics != nil {
 			for _, w := range []struct {

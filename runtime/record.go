@@ -27,6 +27,10 @@ type Record struct {
 	Features []learners.Feature
 	// Values are the values of the field a synopsis counts.
 	Values []string
+	// Side is a join's side (0 left, 1 right), set before extraction; Value
+	// the number a join sums.
+	Side  uint8
+	Value float64
 }
 
 // InputError says which event of a request and which field is wrong.
@@ -217,8 +221,9 @@ func appendFeatures(dst []learners.Feature, v *fastjson.Value, field string) ([]
 }
 
 // recordVersion is the first byte of an encoded record, so the item log
-// format can grow with new kinds.
-const recordVersion = 2
+// format can grow with new kinds. Version 3 added a join's side and value;
+// version 2 records still decode.
+const recordVersion = 3
 
 // appendRecord encodes r (without its Seq, which the item log keeps) for
 // the item log.
@@ -238,7 +243,8 @@ func appendRecord(b []byte, r *Record) []byte {
 		b = binary.AppendUvarint(b, uint64(len(v)))
 		b = append(b, v...)
 	}
-	return b
+	b = append(b, r.Side)
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(r.Value))
 }
 
 var errBadRecord = errors.New("runtime: malformed record in the item log")
@@ -246,9 +252,10 @@ var errBadRecord = errors.New("runtime: malformed record in the item log")
 // decodeRecord is the inverse of appendRecord; the record's slices point
 // into a.
 func decodeRecord(data []byte, r *Record, a *arena) error {
-	if len(data) < 1 || data[0] != recordVersion {
+	if len(data) < 1 || data[0] != recordVersion && data[0] != 2 {
 		return errBadRecord
 	}
+	version := data[0]
 	p := data[1:]
 	ts, n := binary.Varint(p)
 	if n <= 0 || len(p) < n+1 {
@@ -294,6 +301,14 @@ func decodeRecord(data []byte, r *Record, a *arena) error {
 		}
 		a.vals = append(a.vals, a.str(p[n:n+int(vl)]))
 		p = p[n+int(vl):]
+	}
+	r.Side, r.Value = 0, 0
+	if version >= 3 {
+		if len(p) != 9 || p[0] > 1 {
+			return errBadRecord
+		}
+		r.Side, r.Value = p[0], math.Float64frombits(binary.LittleEndian.Uint64(p[1:]))
+		p = p[9:]
 	}
 	if len(p) != 0 {
 		return errBadRecord

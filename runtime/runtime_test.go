@@ -242,6 +242,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		{TS: 1764412800000, Key: "user-1", Label: 1, Features: []learners.Feature{{Hash: 1, Value: 2.5}, {Hash: 1 << 63, Value: -1}}},
 		{TS: -5, Label: -1},
 		{Key: "ключ", Label: 0, Features: []learners.Feature{{Hash: 7, Value: 1e300}}},
+		{TS: 9, Key: "ad-7", Label: -1, Side: 1, Value: -2.25},
 	}
 	var a arena
 	for _, r := range recs {
@@ -250,7 +251,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		if err := decodeRecord(data, &got, &a); err != nil {
 			t.Fatal(err)
 		}
-		if got.TS != r.TS || got.Key != r.Key || got.Label != r.Label || len(got.Features) != len(r.Features) {
+		if got.TS != r.TS || got.Key != r.Key || got.Label != r.Label || len(got.Features) != len(r.Features) || got.Side != r.Side || got.Value != r.Value {
 			t.Fatalf("%+v -> %+v", r, got)
 		}
 		for i := range r.Features {

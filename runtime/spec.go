@@ -9,7 +9,9 @@ import (
 	"math"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mlstream/mlstream/ft"
 	"sigs.k8s.io/yaml"
@@ -20,7 +22,11 @@ import (
 type Spec struct {
 	Name  string `json:"name"`
 	Kind  string `json:"kind"`
-	Input string `json:"input"`
+	Input string `json:"input,omitempty"`
+	// Left and Right are the two streams of a join (kind join reads these
+	// instead of Input).
+	Left  string `json:"left,omitempty"`
+	Right string `json:"right,omitempty"`
 	// Partitions is the number of partition goroutines; 0 means the
 	// engine's default (the number of CPUs).
 	Partitions int `json:"partitions,omitempty"`
@@ -63,6 +69,7 @@ var defaultDivergence = map[string]float64{
 	"logreg":        10,   // Euclidean distance of the weights
 	"heavy_hitters": 1000, // largest counter difference
 	"distinct":      64,   // HyperLogLog registers changed
+	"join":          1e5,  // tuples buffered or removed (AF-Stream's Θ for its join)
 }
 
 func (f *FTSpec) validate(kind string) error {
@@ -117,6 +124,7 @@ var kinds = map[string]func(spec Spec, p *Params) (kindJob, error){
 	"logreg":        newLogregJob,
 	"heavy_hitters": newHHJob,
 	"distinct":      newDistinctJob,
+	"join":          newJoinJob,
 }
 
 // Kinds lists the job kinds this build knows, sorted.
@@ -140,11 +148,8 @@ func (s *Spec) validate(defPartitions, defQueue int) error {
 	if _, ok := kinds[s.Kind]; !ok {
 		return &SpecError{"kind", fmt.Sprintf("unknown kind %q; one of %s", s.Kind, strings.Join(Kinds(), ", "))}
 	}
-	if s.Input == "" {
-		return &SpecError{"input", "required: the name of the stream the job reads"}
-	}
-	if !nameRE.MatchString(s.Input) {
-		return &SpecError{"input", fmt.Sprintf("must be a stream name of letters, digits, '_', '-' or '.'; got %q", s.Input)}
+	if err := s.validateStreams(); err != nil {
+		return err
 	}
 	if s.Partitions < 0 || s.Partitions > 1024 {
 		return &SpecError{"partitions", fmt.Sprintf("must be in [1, 1024] (0 = number of CPUs), got %d", s.Partitions)}
@@ -159,6 +164,46 @@ func (s *Spec) validate(defPartitions, defQueue int) error {
 		s.QueueSize = defQueue
 	}
 	return s.FT.validate(s.Kind)
+}
+
+// validateStreams checks the streams a job reads: input, or left and right
+// for a join.
+func (s *Spec) validateStreams() error {
+	type field struct{ name, value, what string }
+	var need, refuse []field
+	if s.Kind == "join" {
+		need = []field{{"left", s.Left, "the left stream of the join"}, {"right", s.Right, "the right stream of the join"}}
+		refuse = []field{{"input", s.Input, "a join reads left and right"}}
+	} else {
+		need = []field{{"input", s.Input, "the name of the stream the job reads"}}
+		refuse = []field{{"left", s.Left, "only kind join reads two streams"}, {"right", s.Right, "only kind join reads two streams"}}
+	}
+	for _, f := range refuse {
+		if f.value != "" {
+			return &SpecError{f.name, "not allowed: " + f.what}
+		}
+	}
+	for _, f := range need {
+		if f.value == "" {
+			return &SpecError{f.name, "required: " + f.what}
+		}
+		if !nameRE.MatchString(f.value) {
+			return &SpecError{f.name, fmt.Sprintf("must be a stream name of letters, digits, '_', '-' or '.'; got %q", f.value)}
+		}
+	}
+	if s.Kind == "join" && s.Left == s.Right {
+		return &SpecError{"right", fmt.Sprintf("must differ from left (%q): a self-join is not supported", s.Left)}
+	}
+	return nil
+}
+
+// Streams are the streams the job reads: its input, or a join's left and
+// right (in that order: the index is the side).
+func (s *Spec) Streams() []string {
+	if s.Input != "" {
+		return []string{s.Input}
+	}
+	return []string{s.Left, s.Right}
 }
 
 // DecodeSpec reads one job spec from JSON, refusing unknown fields and
@@ -322,6 +367,68 @@ func (p *Params) String(name, def string, allowed ...string) (string, error) {
 		return "", perr(name, "must be one of %s, got %q", strings.Join(allowed, ", "), s)
 	}
 	return s, nil
+}
+
+// Duration reads a duration such as "30s" or "250ms" (a number is
+// milliseconds), at least lo.
+func (p *Params) Duration(name string, def, lo time.Duration) (time.Duration, error) {
+	v, ok := p.get(name)
+	if !ok {
+		return def, nil
+	}
+	var d time.Duration
+	if f, isNum := number(v); isNum {
+		d = time.Duration(f * float64(time.Millisecond))
+	} else if str, isStr := v.(string); isStr {
+		var err error
+		if d, err = time.ParseDuration(str); err != nil {
+			return 0, perr(name, "must be a duration such as 30s, 250ms or 1m, got %q", str)
+		}
+	} else {
+		return 0, perr(name, "must be a duration such as 30s, got %s", jsonType(v))
+	}
+	if d < lo {
+		return 0, perr(name, "must be at least %v, got %v", lo, d)
+	}
+	return d, nil
+}
+
+// byteUnits are the suffixes Bytes accepts.
+var byteUnits = []struct {
+	suffix string
+	mult   int64
+}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+
+// Bytes reads a size: a number of bytes or a string such as "64MiB" or
+// "500KB", in [lo, hi].
+func (p *Params) Bytes(name string, def, lo, hi int64) (int64, error) {
+	v, ok := p.get(name)
+	if !ok {
+		return def, nil
+	}
+	var n float64
+	if f, isNum := number(v); isNum {
+		n = f
+	} else if str, isStr := v.(string); isStr {
+		mult, num := int64(1), strings.TrimSpace(str)
+		for _, u := range byteUnits {
+			if strings.HasSuffix(num, u.suffix) {
+				mult, num = u.mult, strings.TrimSpace(strings.TrimSuffix(num, u.suffix))
+				break
+			}
+		}
+		f, err := strconv.ParseFloat(num, 64)
+		if err != nil {
+			return 0, perr(name, "must be a size such as 64MiB, 500KB or a number of bytes, got %q", str)
+		}
+		n = f * float64(mult)
+	} else {
+		return 0, perr(name, "must be a size such as 64MiB, got %s", jsonType(v))
+	}
+	if n < float64(lo) || n > float64(hi) || math.IsNaN(n) {
+		return 0, perr(name, "must be between %d and %d bytes, got %.0f", lo, hi, n)
+	}
+	return int64(n), nil
 }
 
 // Bool reads a boolean.

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -405,16 +404,14 @@ func (j *hhJob) announce(hub *Hub, job string, now time.Time) {
 	}
 	j.lastKeys = keys
 	t.Job = job
-	if msg, err := json.Marshal(map[string]any{"type": TypeTopK, "job": job, "ts": now.UnixMilli(), "topk": t}); err == nil {
-		hub.Publish(job, TypeTopK, msg)
-	}
+	publishJSON(hub, job, TypeTopK, now, t)
 }
 
 // TopK answers a heavy_hitters job's query.
 func (j *Job) TopK(window string, k int) (TopK, error) {
-	hj, ok := j.kind.(*hhJob)
-	if !ok {
-		return TopK{}, fmt.Errorf("%w: job %q is of kind %q; top-k needs kind heavy_hitters", ErrNotSupported, j.spec.Name, j.spec.Kind)
+	hj, err := kindAs[*hhJob](j, "top-k", "heavy_hitters")
+	if err != nil {
+		return TopK{}, err
 	}
 	if err := checkWindow(window); err != nil {
 		return TopK{}, err
@@ -565,16 +562,14 @@ func (j *distinctJob) announce(hub *Hub, job string, now time.Time) {
 	}
 	j.last = c.Estimate
 	c.Job = job
-	if msg, err := json.Marshal(map[string]any{"type": TypeDistinct, "job": job, "ts": now.UnixMilli(), "distinct": c}); err == nil {
-		hub.Publish(job, TypeDistinct, msg)
-	}
+	publishJSON(hub, job, TypeDistinct, now, c)
 }
 
 // Distinct answers a distinct job's query.
 func (j *Job) Distinct(window string) (DistinctCount, error) {
-	dj, ok := j.kind.(*distinctJob)
-	if !ok {
-		return DistinctCount{}, fmt.Errorf("%w: job %q is of kind %q; a distinct count needs kind distinct", ErrNotSupported, j.spec.Name, j.spec.Kind)
+	dj, err := kindAs[*distinctJob](j, "a distinct count", "distinct")
+	if err != nil {
+		return DistinctCount{}, err
 	}
 	if err := checkWindow(window); err != nil {
 		return DistinctCount{}, err

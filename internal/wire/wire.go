@@ -83,6 +83,15 @@ func (d *Dec) U64() uint64 {
 	return binary.LittleEndian.Uint64(b)
 }
 
+// U32 reads 4 little-endian bytes.
+func (d *Dec) U32() uint32 {
+	b := d.Bytes(4)
+	if b == nil {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(b)
+}
+
 // F64 reads a float64 as 8 little-endian bytes.
 func (d *Dec) F64() float64 { return math.Float64frombits(d.U64()) }
 

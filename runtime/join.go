@@ -1,0 +1,411 @@
+package runtime
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mlstream/mlstream/joins"
+	"github.com/mlstream/mlstream/learners"
+	"github.com/valyala/fastjson"
+)
+
+// Kind join: a windowed symmetric hash join of two streams (package joins).
+// Events of both streams are partitioned by their join key, so each
+// partition joins its keys alone; the partitions' estimates add up.
+
+// joinJob is kind join. Params: on (the key field of both sides) or
+// left_on and right_on, within (the join interval), allowed_lateness,
+// max_state (bytes of the whole job, split over its partitions), sample
+// (probability, default 1), window (estimates per tumbling window; none),
+// keep, value and value_side (the field summed and averaged, and whose
+// events carry it), confidence (of the intervals, 0.95), ts_field.
+type joinJob struct {
+	on         [2]string // key field per side
+	tsField    string
+	value      string // "" when the join sums nothing
+	cfg        joins.Config
+	maxState   int64
+	confidence float64
+	parts      []*joinPart
+	ft         *jobFT
+
+	// matchRate is matches per second over the last sample, as float64
+	// bits; the sampler sets it.
+	matchRate   atomic.Uint64
+	lastMatches uint64
+	lastAt      time.Time
+}
+
+// recentMatches is how many matches each partition keeps for queries.
+const recentMatches = 20
+
+func newJoinJob(spec Spec, p *Params) (kindJob, error) {
+	j := &joinJob{}
+	on, err := p.String("on", "")
+	if err != nil {
+		return nil, err
+	}
+	for side, name := range []string{"left_on", "right_on"} {
+		if j.on[side], err = p.String(name, on); err != nil {
+			return nil, err
+		}
+		if j.on[side] == "" {
+			return nil, perr("on", "required: the field both streams join on (or left_on and right_on)")
+		}
+	}
+	within, err := p.Duration("within", 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, set := spec.Params["within"]; !set {
+		return nil, perr("within", "required: the join interval, such as 30s: a left and a right event match when their times differ by at most this")
+	}
+	late, err := p.Duration("allowed_lateness", time.Second, 0)
+	if err != nil {
+		return nil, err
+	}
+	partitions := max(spec.Partitions, 1)
+	if j.maxState, err = p.Bytes("max_state", 64<<20, int64(partitions)*joins.MinBytes, 1<<40); err != nil {
+		return nil, err
+	}
+	sample, err := p.Float("sample", 1, 1e-6, 1)
+	if err != nil {
+		return nil, err
+	}
+	window, err := p.String("window", "none")
+	if err != nil {
+		return nil, err
+	}
+	var win time.Duration
+	if window != "none" {
+		if win, err = time.ParseDuration(window); err != nil || win < time.Millisecond {
+			return nil, perr("window", "must be none or a duration of at least 1ms such as 10s or 1m, got %q", window)
+		}
+	}
+	keep, err := p.Int("keep", 3, 1, 1000)
+	if err != nil {
+		return nil, err
+	}
+	if j.value, err = p.String("value", ""); err != nil {
+		return nil, err
+	}
+	vside, err := p.String("value_side", "left", "left", "right")
+	if err != nil {
+		return nil, err
+	}
+	if j.confidence, err = p.Float("confidence", 0.95, 0.5, 0.9999); err != nil {
+		return nil, err
+	}
+	if j.tsField, err = p.String("ts_field", "ts"); err != nil {
+		return nil, err
+	}
+	j.cfg = joins.Config{
+		Within: within.Milliseconds(), Lateness: late.Milliseconds(), MaxBytes: j.maxState / int64(partitions),
+		Sample: sample, Window: win.Milliseconds(), Keep: keep, Seed: learners.HashName(spec.Name),
+	}
+	if vside == "right" {
+		j.cfg.ValueSide = joins.Right
+	}
+	if _, err := joins.New(j.cfg); err != nil {
+		return nil, &SpecError{"params", err.Error()}
+	}
+	return j, nil
+}
+
+// extract reads the side's join key (required), the event time and, on
+// the value side, the value (a number, required when value is set).
+func (j *joinJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64) error {
+	field := j.on[rec.Side]
+	key, err := extractKey(v, field, a)
+	if err != nil {
+		return err
+	}
+	if key == "" {
+		return badField(field, "required: the join key (a string or a number)")
+	}
+	rec.Key = key
+	if rec.TS, err = extractTS(v, j.tsField, now); err != nil {
+		return err
+	}
+	if j.value != "" && joins.Side(rec.Side) == j.cfg.ValueSide {
+		x := v.Get(j.value)
+		if x == nil || x.Type() != fastjson.TypeNumber {
+			return badField(j.value, "required on the %s stream: a number the join sums and averages", joins.Side(rec.Side))
+		}
+		rec.Value, _ = x.Float64()
+	}
+	return nil
+}
+
+func (j *joinJob) newPartition(index int, out emitter) partitionOp {
+	jn, err := joins.New(j.cfg)
+	if err != nil {
+		panic(err) // the config was checked by newJoinJob
+	}
+	p := &joinPart{job: j, jn: jn, out: out}
+	p.index = index
+	p.emitFn = p.emit
+	p.publish(time.Now())
+	j.parts = append(j.parts, p)
+	return p
+}
+
+// joinPart is one partition's join.
+type joinPart struct {
+	synPart
+	job    *joinJob
+	jn     *joins.Join
+	out    emitter
+	emitFn func(*joins.Match)
+	wants  bool // someone listens to match messages (per batch)
+	msg    []byte
+	recent [recentMatches]joins.Match // ring
+	nrec   uint64
+	pub    struct {
+		sync.Mutex
+		c            joins.Counters
+		tuples       int
+		bytes        int64
+		open, closed []joins.Acc
+		recent       []joins.Match // newest first
+	}
+}
+
+func (p *joinPart) process(recs []Record, logged bool) {
+	p.wants = p.out.hub.Wants(p.out.job, TypeMatch)
+	for i := range recs {
+		r := &recs[i]
+		p.observe(r, logged)
+		p.jn.Add(joins.Side(r.Side), r.Key, r.TS, r.Value, r.Seq, p.emitFn)
+		p.check(p.jn.StateDivergence(), false)
+	}
+	p.check(0, true)
+	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
+		p.publish(now)
+	}
+}
+
+// emit keeps the match among the recent ones and sends it to listeners.
+func (p *joinPart) emit(m *joins.Match) {
+	p.recent[p.nrec%recentMatches] = *m
+	p.nrec++
+	if !p.wants {
+		return
+	}
+	b := append(p.msg[:0], `{"job":`...)
+	b = appendJSONString(b, p.out.job)
+	b = append(b, `,"type":"match","match":{"key":`...)
+	b = appendJSONString(b, m.Key)
+	b = append(b, `,"left_ts":`...)
+	b = strconv.AppendInt(b, m.LeftTS, 10)
+	b = append(b, `,"right_ts":`...)
+	b = strconv.AppendInt(b, m.RightTS, 10)
+	b = append(b, `,"left_value":`...)
+	b = strconv.AppendFloat(b, m.LeftValue, 'g', -1, 64)
+	b = append(b, `,"right_value":`...)
+	b = strconv.AppendFloat(b, m.RightValue, 'g', -1, 64)
+	b = append(b, "}}"...)
+	p.msg = b
+	p.out.hub.Publish(p.out.job, TypeMatch, append([]byte(nil), b...))
+}
+
+func (p *joinPart) idle() { p.publish(time.Now()) }
+
+// publish copies what queries read.
+func (p *joinPart) publish(now time.Time) {
+	open, closed := p.jn.Windows()
+	n := min(p.nrec, recentMatches)
+	recent := make([]joins.Match, 0, n)
+	for i := uint64(1); i <= n; i++ {
+		recent = append(recent, p.recent[(p.nrec-i)%recentMatches])
+	}
+	p.pub.Lock()
+	p.pub.c, p.pub.tuples, p.pub.bytes = p.jn.Counters(), p.jn.Tuples(), p.jn.StateBytes()
+	p.pub.open, p.pub.closed, p.pub.recent = open, closed, recent
+	p.pub.Unlock()
+	p.pubAt = now
+}
+
+// JoinStatus is a join's live view: GET /v1/jobs/{job}/matches, and the
+// join field of the job status.
+type JoinStatus struct {
+	Job string `json:"job,omitempty"`
+	joins.Counters
+	MatchRate     float64 `json:"match_rate"`
+	StateTuples   int     `json:"state_tuples"`
+	StateBytes    int64   `json:"state_bytes"`
+	MaxStateBytes int64   `json:"max_state_bytes"`
+	// BytesPerTuple is the state's accounted cost of one buffered tuple
+	// (ring slot and its share of the key index at worst).
+	BytesPerTuple int64 `json:"bytes_per_tuple"`
+	Within        int64 `json:"within_ms"`
+	Lateness      int64 `json:"allowed_lateness_ms"`
+	// Estimate is of the window asked for: current (the newest open one,
+	// the default; the whole stream when the join has no windows), last
+	// (the newest closed one) or all (the windows kept, summed). Windows
+	// lists every window kept, oldest first.
+	Estimate *joins.Estimate  `json:"estimate,omitempty"`
+	Windows  []joins.Estimate `json:"windows,omitempty"`
+	Recent   []joins.Match    `json:"recent"`
+}
+
+// view merges the partitions' published copies: counters and state add up,
+// and so do the sums of windows with the same start.
+func (j *joinJob) view(window string, limit int) JoinStatus {
+	st := JoinStatus{
+		MaxStateBytes: j.maxState, BytesPerTuple: joins.TupleBytes + joins.IndexBytes,
+		Within: j.cfg.Within, Lateness: j.cfg.Lateness,
+		MatchRate: math.Float64frombits(j.matchRate.Load()),
+	}
+	type win struct {
+		acc    joins.Acc
+		closed bool
+	}
+	wins := map[int64]*win{}
+	var starts []int64
+	for _, p := range j.parts {
+		p.pub.Lock()
+		st.Counters.Add(&p.pub.c)
+		st.StateTuples += p.pub.tuples
+		st.StateBytes += p.pub.bytes
+		for k, accs := range [][]joins.Acc{p.pub.closed, p.pub.open} {
+			for _, a := range accs {
+				w, ok := wins[a.Start]
+				if !ok {
+					w = &win{acc: joins.Acc{Start: a.Start, End: a.End}}
+					wins[a.Start] = w
+					starts = append(starts, a.Start)
+				}
+				w.acc.Add(&a)
+				w.closed = w.closed || k == 0
+			}
+		}
+		st.Recent = append(st.Recent, p.pub.recent...)
+		p.pub.Unlock()
+	}
+	sortMatchesNewest(st.Recent)
+	if len(st.Recent) > limit {
+		st.Recent = st.Recent[:limit]
+	}
+	slices.Sort(starts)
+	var current, last int = -1, -1
+	var all joins.Acc
+	for _, s := range starts {
+		w := wins[s]
+		all.Add(&w.acc)
+		st.Windows = append(st.Windows, w.acc.Estimate(j.cfg.Sample, j.confidence))
+		if w.closed {
+			last = len(st.Windows) - 1
+		} else {
+			current = len(st.Windows) - 1
+		}
+	}
+	pick := map[string]int{WindowCurrent: current, WindowLast: last}[window]
+	switch {
+	case window == WindowAll:
+		e := all.Estimate(j.cfg.Sample, j.confidence)
+		e.Start, e.End = 0, 0
+		if len(starts) > 0 {
+			e.Start, e.End = st.Windows[0].Start, st.Windows[len(st.Windows)-1].End
+		}
+		st.Estimate = &e
+	case pick >= 0:
+		e := st.Windows[pick]
+		st.Estimate = &e
+	}
+	return st
+}
+
+// sortMatchesNewest orders matches by their later time, newest first.
+func sortMatchesNewest(ms []joins.Match) {
+	later := func(m joins.Match) int64 { return max(m.LeftTS, m.RightTS) }
+	slices.SortStableFunc(ms, func(a, b joins.Match) int { return cmp.Compare(later(b), later(a)) })
+}
+
+func (j *joinJob) status(st *JobStatus, detail bool) {
+	v := j.view(WindowCurrent, recentMatches)
+	v.Windows = nil
+	st.Join = &v
+}
+
+// announce updates the match rate and publishes the join's view once a
+// second to listeners of join messages.
+func (j *joinJob) announce(hub *Hub, job string, now time.Time) {
+	var matches uint64
+	for _, p := range j.parts {
+		p.pub.Lock()
+		matches += p.pub.c.Matches
+		p.pub.Unlock()
+	}
+	if !j.lastAt.IsZero() {
+		if dt := now.Sub(j.lastAt).Seconds(); dt > 0 && matches >= j.lastMatches {
+			j.matchRate.Store(math.Float64bits(float64(matches-j.lastMatches) / dt))
+		}
+	}
+	j.lastMatches, j.lastAt = matches, now
+	if !hub.Wants(job, TypeJoin) {
+		return
+	}
+	v := j.view(WindowCurrent, 5)
+	v.Job, v.Windows = job, nil
+	publishJSON(hub, job, TypeJoin, now, v)
+}
+
+// Matches answers GET /v1/jobs/{job}/matches: recent matches (at most
+// limit), statistics and the estimates of window (current, last or all).
+func (j *Job) Matches(window string, limit int) (JoinStatus, error) {
+	jj, err := kindAs[*joinJob](j, "matches", "join")
+	if err != nil {
+		return JoinStatus{}, err
+	}
+	if err := checkWindow(window); err != nil {
+		return JoinStatus{}, err
+	}
+	v := jj.view(window, limit)
+	v.Job = j.spec.Name
+	return v, nil
+}
+
+// kindAs returns the job's kind as K, or ErrNotSupported saying which kind
+// what needs.
+func kindAs[K kindJob](j *Job, what, kind string) (K, error) {
+	k, ok := j.kind.(K)
+	if !ok {
+		return k, fmt.Errorf("%w: job %q is of kind %q; %s: only for kind %s", ErrNotSupported, j.spec.Name, j.spec.Kind, what, kind)
+	}
+	return k, nil
+}
+
+// Fault tolerance: one unit per partition, as for the synopses.
+
+func (j *joinJob) units() []stateful { return unitsOf(j.parts) }
+
+func (j *joinJob) setFT(f *jobFT) {
+	j.ft = f
+	attachUnits(f, j.parts)
+}
+
+func (p *joinPart) StateDivergence() float64                 { return p.jn.StateDivergence() }
+func (p *joinPart) BackupState(w io.Writer, full bool) error { return p.jn.BackupState(w, full) }
+func (p *joinPart) RecoverState(r io.Reader) error           { return p.jn.RecoverState(r) }
+func (p *joinPart) alpha() float64                           { return 1 }
+
+func (p *joinPart) recovered(seqs []uint64) {
+	p.recoveredSeqs(seqs)
+	p.publish(time.Now())
+}
+
+// compensate widens the intervals of the open windows after a crash:
+// every lost event may have been a tuple, and the state may have diverged
+// by θ tuples besides (AF-Stream's n − Θ − Lβ − Γ samples, β = 1).
+func (p *joinPart) compensate(theta float64, lost int64) {
+	p.jn.Widen(math.Ceil(theta) + float64(lost))
+	p.publish(time.Now())
+}
