@@ -59,6 +59,7 @@ type browser struct {
 	// the browser's network errors (failed WebSocket connections) are
 	// expected there, and nowhere else.
 	outages [][2]time.Time
+	saved   bool // the failure report is written
 }
 
 func newBrowser(t *testing.T) *browser {
@@ -102,19 +103,35 @@ func newBrowser(t *testing.T) *browser {
 			b.mu.Unlock()
 		}
 	}()
-	t.Cleanup(b.saveOnFailure) // runs before the browser stops
+	// A failure the test did not report through fatalf: the page as it is
+	// then, before the browser stops (but after the servers do).
+	t.Cleanup(func() {
+		if t.Failed() {
+			b.saveReport()
+		}
+	})
 	return b
 }
 
-// saveOnFailure keeps a screenshot and the console log of a failed test and
-// prints their paths. t.TempDir is removed even after a failure, so they go
-// to the test's artifact directory with -artifacts, else to a directory
-// under os.TempDir that stays.
-func (b *browser) saveOnFailure() {
+// fatalf fails the test and saves the failure report while the page still
+// shows the failure.
+func (b *browser) fatalf(format string, args ...any) {
+	b.t.Helper()
+	b.t.Errorf(format, args...)
+	b.saveReport()
+	b.t.FailNow()
+}
+
+// saveReport keeps a screenshot and the console log of a failed test, once,
+// and prints their paths. t.TempDir is removed even after a failure, so
+// they go to the test's artifact directory with -artifacts, else to a
+// directory under os.TempDir that stays.
+func (b *browser) saveReport() {
 	t := b.t
-	if !t.Failed() {
+	if b.saved {
 		return
 	}
+	b.saved = true
 	var dir string
 	if f := flag.Lookup("test.artifacts"); f != nil && f.Value.String() == "true" {
 		dir = t.ArtifactDir()
@@ -164,11 +181,14 @@ func (b *browser) consoleLog() string {
 func (b *browser) checkConsole() {
 	b.t.Helper()
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, m := range b.console {
+	msgs := b.console
+	outages := b.outages
+	b.mu.Unlock()
+	failed := false
+	for _, m := range msgs {
 		bad := m.IsException() || m.Type == chromedp.ConsoleError
 		if bad && m.Source != "" {
-			for _, o := range b.outages {
+			for _, o := range outages {
 				if !m.Time.Before(o[0]) && !m.Time.After(o[1]) {
 					bad = false
 				}
@@ -176,7 +196,12 @@ func (b *browser) checkConsole() {
 		}
 		if bad {
 			b.t.Errorf("console: %s (source %q, %s:%d)", m, m.Source, m.URL, m.Line)
+			failed = true
 		}
+	}
+	if failed {
+		b.saveReport()
+		b.t.FailNow()
 	}
 }
 
@@ -217,7 +242,7 @@ func (b *browser) waitFor(what, cond string, s0 any, timeout time.Duration) {
 	defer cancel()
 	_, err = chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(timeout)))
 	if err != nil {
-		b.t.Fatalf("%s: %v\npage state: %s", what, err, b.stateJSON())
+		b.fatalf("%s: %v\npage state: %s", what, err, b.stateJSON())
 	}
 }
 
@@ -225,9 +250,9 @@ func (b *browser) state() map[string]any {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]any]("(" + pageState + ")()"))
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]any]("("+pageState+")()"))
 	if err != nil {
-		b.t.Fatalf("reading the page: %v", err)
+		b.fatalf("reading the page: %v", err)
 	}
 	return s
 }
@@ -235,7 +260,7 @@ func (b *browser) state() map[string]any {
 func (b *browser) stateJSON() string {
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte]("(" + pageState + ")()"))
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte]("("+pageState+")()"))
 	if err != nil {
 		return "unreadable: " + err.Error()
 	}
@@ -247,7 +272,7 @@ func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	if err := chromedp.Do(ctx, actions...); err != nil {
-		b.t.Fatalf("%s: %v", what, err)
+		b.fatalf("%s: %v", what, err)
 	}
 }
 
@@ -301,9 +326,6 @@ func TestDashboardInBrowser(t *testing.T) {
 		const [a, l] = ["acc", "loss"].map(c => document.querySelector('section.job[data-job="clicks"] [data-chart="' + c + '"]').getBoundingClientRect());
 		return a.top === l.top && a.width > 400 && l.left > a.right; })()`, nil, 5*time.Second)
 	b.checkConsole()
-	if t.Failed() {
-		t.FailNow()
-	}
 
 	// kill -9 and a restart on the same data and address.
 	killed := time.Now()
@@ -311,7 +333,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.waitFor("the page notices the service is gone", `s.conn === "reconnecting"`, nil, 10*time.Second)
 	srv = start(t, args...)
 	if u := srv.url(); u != url {
-		t.Fatalf("restarted at %s, want %s", u, url)
+		b.fatalf("restarted at %s, want %s", u, url)
 	}
 	var job struct {
 		FT struct {
@@ -327,7 +349,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	getJSON(t, url+"/v1/jobs/"+demoJob, &job)
 	rec := job.FT.Recovery
 	if rec == nil || rec.Clean || rec.Failures != 1 {
-		t.Fatalf("recovery after kill -9: %+v", rec)
+		b.fatalf("recovery after kill -9: %+v", rec)
 	}
 	b.waitFor("the page reconnects and shows the recovery", `s.conn === "live" && /Reconnected at/.test(s.banner)
 		&& s.banner.includes("The service restarted") && s.banner.includes("clicks")
