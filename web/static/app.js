@@ -13,7 +13,8 @@ const SAMPLE_WAIT = 1500;   // ms a sample subscription stays open at most
 const POLL_EVERY = 5000;    // ms between polls of /v1/jobs and /metrics
 const BACKOFF_MAX = 2000;   // ms between reconnection attempts, at most
 const SILENCE = 10000;      // ms without a message before the feed is deemed dead
-const KEEP = 20;            // recoveries and backups listed per job
+const KEEP = 20;            // recoveries listed per job
+const BACKUPS = 5;          // last backups listed per job
 
 // The feed's state.
 let connected = false;   // the feed is open
@@ -378,17 +379,21 @@ class JobView {
 
   backup(m) {
     this.backups.unshift(m);
-    this.backups.length = Math.min(this.backups.length, 5);
+    this.backups.length = Math.min(this.backups.length, BACKUPS);
     fill($(this.el, "ol.backups"), this.backups.map(b => el("li", "",
       `${clockMs(b.ts)} ${b.full ? "full" : "delta"}${isNum(b.partition) ? " (partition " + b.partition + ")" : ""}: ${bytes(b.bytes)}, divergence ${sig(b.divergence)}`)));
+  }
+
+  // recoveryList is the recoveries seen, newest first.
+  recoveryList() {
+    return [...this.recoveries.values()].sort((a, b) => Date.parse(b.at) - Date.parse(a.at));
   }
 
   // recovery lists a recovery report once; it returns whether it was new.
   recovery(r) {
     if (!r || !r.at || this.recoveries.has(r.at)) return false;
     this.recoveries.set(r.at, r);
-    const list = [...this.recoveries.values()].sort((a, b) => Date.parse(b.at) - Date.parse(a.at)).slice(0, KEEP);
-    fill($(this.el, "ol.recoveries"), list.map(recoveryItem));
+    fill($(this.el, "ol.recoveries"), this.recoveryList().slice(0, KEEP).map(recoveryItem));
     this.health();
     return true;
   }
@@ -443,7 +448,7 @@ function healthOf(j, live) {
   if (!live) return { level: "unknown", text: "unknown", why: "the dashboard is not connected" };
   if (!s) return { level: "unknown", text: "waiting", why: "no stats yet" };
   const f = s.ft || {};
-  const last = [...j.recoveries.values()].sort((a, b) => Date.parse(b.at) - Date.parse(a.at))[0];
+  const last = j.recoveryList()[0];
   if ((f.backups || {}).errors > 0) return { level: "bad", text: "backup errors", why: `${f.backups.errors} backups failed` };
   if (last && !last.clean && last.within === false) return { level: "bad", text: "loss over bound", why: "the last recovery lost more than its bound" };
   if (j.statsAt && Date.now() - j.statsAt > 5000) return { level: "bad", text: "no stats", why: "no stats message for over 5 s" };
@@ -608,7 +613,7 @@ function reconnectText() {
   const parts = [];
   for (const name of restarted) {
     const j = jobs.get(name);
-    const r = j && [...j.recoveries.values()].sort((a, b) => Date.parse(b.at) - Date.parse(a.at))[0];
+    const r = j && j.recoveryList()[0];
     if (!r) continue;
     parts.push(r.clean ? `${name}: clean restart, nothing lost`
       : `${name}: recovered, lost ${int(r.lost)} events (bound ${int((r.bound || {}).events)}, ${r.within ? "held" : "EXCEEDED"})`);
