@@ -402,10 +402,11 @@ func (p *joinPart) recovered(seqs []uint64) {
 	p.publish(time.Now())
 }
 
-// compensate widens the intervals of the open windows after a crash:
-// every lost event may have been a tuple, and the state may have diverged
-// by θ tuples besides (AF-Stream's n − Θ − Lβ − Γ samples, β = 1).
-func (p *joinPart) compensate(theta float64, lost int64) {
-	p.jn.Widen(math.Ceil(theta) + float64(lost))
+// compensate widens the intervals of the open windows after a crash by
+// the tuples lost: AF-Stream's n − Θ − Lβ − Γ samples (β = 1). lost counts
+// exactly the events after the restored backup that were not replayed,
+// those the state held at the crash included, so θ is inside it already.
+func (p *joinPart) compensate(_ float64, lost int64) {
+	p.jn.Widen(float64(lost))
 	p.publish(time.Now())
 }

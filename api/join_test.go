@@ -1,0 +1,89 @@
+package api
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestJoinOverHTTP declares a join with PUT, posts both streams, and reads
+// the matches over HTTP, the WebSocket feed and /metrics.
+func TestJoinOverHTTP(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putJob("conv", `{"kind":"join","left":"impressions","right":"clicks","partitions":2,
+		"params":{"left_on":"ad","right_on":"ad_id","within":"30s","allowed_lateness":"5m","value":"cost","max_state":"4MiB"}}`)
+	ws := ts.dialWS("jobs=conv&types=match")
+	var imp, clk strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&imp, `{"ad":"a%d","ts":%d,"cost":%d}`+"\n", i, 1_000_000+i*1000, i)
+	}
+	// Clicks on even ads, 5 s after the impression: 50 matches. The clicks
+	// arrive after all impressions: a lateness of 5 minutes lets them join.
+	for i := 0; i < 100; i += 2 {
+		fmt.Fprintf(&clk, `{"ad_id":"a%d","ts":%d}`+"\n", i, 1_005_000+i*1000)
+	}
+	for stream, body := range map[string]string{"impressions": imp.String(), "clicks": clk.String()} {
+		if code, out := ts.post(stream, body); code != 202 {
+			t.Fatalf("post %s: %d %v", stream, code, out)
+		}
+	}
+	var m map[string]any
+	waitFor(t, "the join to see every event", 10*time.Second, func() bool {
+		_, _, m = ts.do("GET", "/v1/jobs/conv/matches?limit=3", "", nil)
+		return m["seen"] == 150.0
+	})
+	est := m["estimate"].(map[string]any)
+	count := est["count"].(map[string]any)
+	if m["matches"] != 50.0 || count["estimate"] != 50.0 || count["low"] != 50.0 || est["exact"] != true {
+		t.Fatalf("matches %v, estimate %v", m["matches"], est)
+	}
+	// SUM of cost over the matched impressions: 0+2+…+98.
+	if sum := est["sum"].(map[string]any)["estimate"]; sum != 2450.0 {
+		t.Fatalf("sum %v", sum)
+	}
+	if recent := m["recent"].([]any); len(recent) != 3 {
+		t.Fatalf("recent %v", recent)
+	}
+	if m["state_bytes"].(float64) > m["max_state_bytes"].(float64) || m["max_state_bytes"] != float64(4<<20) {
+		t.Fatalf("state %v of %v", m["state_bytes"], m["max_state_bytes"])
+	}
+	msg := readMessage(t, ws, 5*time.Second)
+	match, _ := msg["match"].(map[string]any)
+	if msg["type"] != "match" || msg["job"] != "conv" || match["right_ts"].(float64)-match["left_ts"].(float64) != 5000 {
+		t.Fatalf("websocket: %v", msg)
+	}
+	if st := ts.job("conv"); st.Join == nil || st.Join.Matches != 50 {
+		t.Fatalf("job status join %+v", st.Join)
+	}
+	if !strings.Contains(ts.metrics(), `mlstream_join_matches_total{job="conv"} 50`) {
+		t.Fatal("metrics lack the join's matches")
+	}
+	// Errors: a bad window, a bad limit, a join query on another kind, an
+	// event without its join key.
+	ts.putJob("users", `{"kind":"distinct","input":"clicks","params":{"field":"ad_id"}}`)
+	for _, c := range []struct{ path, field string }{
+		{"/v1/jobs/conv/matches?window=soon", "window"},
+		{"/v1/jobs/conv/matches?limit=-1", "limit"},
+		{"/v1/jobs/users/matches", ""},
+	} {
+		code, _, out := ts.do("GET", c.path, "", nil)
+		if code != 400 || out["field"] != nilIfEmpty(c.field) {
+			t.Errorf("%s: %d %v", c.path, code, out)
+		}
+	}
+	code, out := ts.post("impressions", `{"ad":"a1","ts":1,"cost":1}`+"\n"+`{"ts":2,"cost":1}`)
+	if code != 400 || out["line"] != 2.0 || out["field"] != "ad" {
+		t.Fatalf("event without key: %d %v", code, out)
+	}
+	for _, c := range []struct{ spec, field string }{
+		{`{"kind":"join","left":"a","params":{"on":"k","within":"1s"}}`, "right"},
+		{`{"kind":"join","left":"a","right":"b","params":{"on":"k"}}`, "params.within"},
+		{`{"kind":"join","left":"a","right":"b","params":{"on":"k","within":"1s","max_state":"lots"}}`, "params.max_state"},
+	} {
+		code, _, body := ts.do("PUT", "/v1/jobs/j", "", []byte(c.spec))
+		if code != 400 || body["field"] != c.field {
+			t.Errorf("%s: %d %v, want field %s", c.spec, code, body, c.field)
+		}
+	}
+}
