@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -15,10 +16,12 @@ import (
 	"github.com/mlstream/mlstream/runtime"
 )
 
-// demoStream and demoJob name what `mlstream demo` declares.
+// demoStream and demoJob name what `mlstream demo` declares; purchases is
+// the second stream, joined with the first.
 const (
-	demoStream = "events"
-	demoJob    = "clicks"
+	demoStream     = "events"
+	demoJob        = "clicks"
+	purchaseStream = "purchases"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -44,6 +47,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}, {
 		Name: "users", Kind: "distinct", Input: demoStream,
 		Params: map[string]any{"field": "key"},
+	}, {
+		Name: "conversions", Kind: "join", Left: demoStream, Right: purchaseStream,
+		Params: map[string]any{"on": "key", "within": "5s", "allowed_lateness": "5s", "value": "amount", "value_side": "right",
+			"window": "10s", "max_state": "16MiB"},
 	}}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -55,10 +62,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "mlstream demo: dashboard at %s\n", url)
 		fmt.Fprintf(stdout, "  job %q (logreg) learns from stream %q: %d events/s from a known true model, which drifts after %d events\n", demoJob, demoStream, *rate, *drift)
 		fmt.Fprintf(stdout, "  jobs \"top-features\" (heavy hitters, 10 s windows) and \"users\" (distinct keys) read it too\n")
+		fmt.Fprintf(stdout, "  job \"conversions\" joins it with stream %q (a purchase after some clicks) within 5 s\n", purchaseStream)
 		fmt.Fprintf(stdout, "  try: curl %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
 		go func() {
 			defer close(genDone)
-			generate(ctx, url+"v1/streams/"+demoStream+"/events", gen.Config{Seed: *seed, DriftAfter: *drift}, *rate, slog.Default())
+			generate(ctx, url+"v1/streams/", gen.Config{Seed: *seed, DriftAfter: *drift}, *rate, slog.Default())
 		}()
 	}
 	err := serve(ctx, o)
@@ -72,10 +80,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return err
 }
 
-// generate posts generated events to url at about rate events/s, in
-// batches every 50ms, until ctx ends. It honours 429's retry_after_ms.
-func generate(ctx context.Context, url string, cfg gen.Config, rate int, log *slog.Logger) {
+// generate posts generated events to the demo stream under streams (the
+// URL of /v1/streams/) at about rate events/s, in batches every 50ms, until
+// ctx ends, and for some clicks (positive labels) a purchase up to 2 s of
+// event time later to the purchase stream. It honours 429's
+// retry_after_ms.
+func generate(ctx context.Context, streams string, cfg gen.Config, rate int, log *slog.Logger) {
 	g := gen.New(cfg)
+	r := rand.New(rand.NewPCG(uint64(cfg.Seed), 99))
+	var purchases []byte
 	client := &http.Client{Timeout: 10 * time.Second}
 	const tick = 50 * time.Millisecond
 	t := time.NewTicker(tick)
@@ -94,17 +107,28 @@ func generate(ctx context.Context, url string, cfg gen.Config, rate int, log *sl
 			continue
 		}
 		due = min(due, rate) // after a stall, do not burst more than a second's worth
-		body = body[:0]
+		body, purchases = body[:0], purchases[:0]
 		for range due {
 			ev := g.Next()
 			body = ev.AppendJSON(body)
 			body = append(body, '\n')
-		}
-		wait, err := post(ctx, client, url, body)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("demo generator", "err", err)
+			if ev.Label && r.IntN(3) == 0 {
+				purchases = fmt.Appendf(purchases, "{\"key\":%q,\"ts\":%d,\"amount\":%d}\n", ev.Key, ev.TS+r.Int64N(2000), 5+r.IntN(95))
 			}
+		}
+		var wait time.Duration
+		for _, req := range []struct {
+			stream string
+			body   []byte
+		}{{demoStream, body}, {purchaseStream, purchases}} {
+			if len(req.body) == 0 {
+				continue
+			}
+			w, err := post(ctx, client, streams+req.stream+"/events", req.body)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("demo generator", "stream", req.stream, "err", err)
+			}
+			wait = max(wait, w)
 		}
 		sent += due
 		if wait > 0 {

@@ -234,6 +234,12 @@ func TestDemoLearns(t *testing.T) {
 	if j.Metrics.Recent.Accuracy < 0.7 {
 		t.Errorf("demo recent accuracy %.3f", j.Metrics.Recent.Accuracy)
 	}
+	// The demo's join pairs purchases with the events before them.
+	var m joinView
+	getJSON(t, url+"/v1/jobs/conversions/matches", &m)
+	if m.Matches == 0 || m.Late*100 > m.Seen {
+		t.Errorf("demo join: %d matches, %d of %d events late", m.Matches, m.Late, m.Seen)
+	}
 	resp, err := http.Get(url + "/")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("dashboard: %v %v", err, resp)
