@@ -367,15 +367,18 @@ func TestDashboardInBrowser(t *testing.T) {
 	// are not the service's jobs.
 	b.do("feeding the page join stats", chromedp.Evaluate[chromedp.Void](`[
 		{name: "join-probe", kind: "join", streams: ["impressions", "clicks"], rates: {}, latency: {}, join: {
-			matches: 1234, match_rate: 56.5, state_tuples: 800, state_bytes: 65536, max_state_bytes: 1048576, evictions: 3, late: 1,
-			estimate: {window_start: 1000, window_end: 31000, count: {estimate: 10, low: 8, high: 12}, sum: {estimate: 5.5, low: 5, high: 6}, avg: {estimate: 0.55, low: 0.5, high: 0.6}},
+			seen: 5000, sampled: 2500, matches: 1234, late: 1, expired: 700, evicted: 3, lost: 0, recoveries: 0,
+			match_rate: 56.5, state_tuples: 800, state_bytes: 65536, max_state_bytes: 1048576,
+			estimate: {window_start: 1000, window_end: 31000, count: {estimate: 10, low: 8, high: 12}, sum: {estimate: 5.5, low: 5, high: 6},
+				avg: {estimate: 0.55, low: 0.5, high: 0.6}, sample: 0.5, confidence: 0.95, exact: false, complete: true},
 			recent: [{key: "ad-1", left_ts: 1000, right_ts: 1500, left_value: 1, right_value: 2}]}},
 		{name: "join-sparse", kind: "join", join: {}},
 	].forEach(st => { onMessage({type: "stats", job: st.name, ts: Date.now(), dropped: 0, stats: st}); jobs.get(st.name).sampleBroken = {match: true}; })`))
 	b.waitFor("the join panel shows", `(() => {
 		const j = document.querySelector('section.job[data-job="join-probe"]'), sp = document.querySelector('section.job[data-job="join-sparse"]');
 		const f = k => j.querySelector('[data-f="' + k + '"]').textContent;
-		return s.blocks["join-probe"].includes("join") && s.blocks["join-sparse"].includes("join") && f("matches") === "1,234" && f("state_bytes") === "64.0 KiB / 1.0 MiB"
+		return s.blocks["join-probe"].includes("join") && s.blocks["join-sparse"].includes("join") && f("matches") === "1,234" && f("state_bytes") === "64.0 KiB / 1.0 MiB" && f("evictions") === "3"
+			&& f("join_note").includes("95% intervals")
 			&& j.querySelectorAll("table.estimates tbody tr").length === 3 && j.querySelectorAll('[data-ticker="match"] tbody tr').length === 1
 			&& sp.querySelector('[data-f="matches"]').textContent === "–"; })()`, nil, 5*time.Second)
 	b.do("removing the join probes", chromedp.Evaluate[chromedp.Void](`removeJob("join-probe"), removeJob("join-sparse")`))

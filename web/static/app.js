@@ -316,12 +316,16 @@ class JobView {
     set(e, "state_tuples", int(j.state_tuples));
     set(e, "state_bytes", bytes(j.state_bytes) + (isNum(j.max_state_bytes) ? " / " + bytes(j.max_state_bytes) : ""));
     bar(e, "state", isNum(j.max_state_bytes) && j.max_state_bytes > 0 ? j.state_bytes / j.max_state_bytes : 0);
-    set(e, "evictions", int(j.evictions));
+    set(e, "evictions", int(j.evicted ?? j.evictions));
+    set(e, "expired", int(j.expired));
     set(e, "late", int(j.late));
+    set(e, "seen", int(j.seen) + (isNum(j.sampled) && j.sampled !== j.seen ? ` (${int(j.sampled)} sampled)` : ""));
+    set(e, "join_lost", isNum(j.lost) ? sig(j.lost) : "0");
     const est = j.estimate || {};
     set(e, "join_window", isNum(est.window_start) ? `window ${clockMs(est.window_start)} – ${clockMs(est.window_end)}` : "");
     fill($(e, "table.estimates tbody"), ["count", "sum", "avg"].filter(k => est[k]).map(k =>
       row([k.toUpperCase(), sig(est[k].estimate), sig(est[k].low), sig(est[k].high)], ["", "num", "num", "num"])));
+    set(e, "join_note", joinNote(est));
     if (chart) this.chart("join").push(ts, j.match_rate, j.state_bytes);
     // The sampled match feed is livelier; the status' recent list stands in.
     if (!this.matchesSampled && Array.isArray(j.recent)) this.matches(j.recent, "from the job's status");
@@ -408,6 +412,18 @@ class JobView {
       root.dataset.health = h.level;
     }
   }
+}
+
+// joinNote says how far a join's estimates can be trusted.
+function joinNote(est) {
+  const notes = [];
+  if (isNum(est.confidence)) notes.push(`${fmt(100 * est.confidence, 0)}% intervals`);
+  if (isNum(est.sample) && est.sample < 1) notes.push(`sample p = ${sig(est.sample)} (Ripple Join)`);
+  if (est.exact) notes.push("exact: no sampling, eviction or loss");
+  if (est.complete === false) notes.push("tuples were evicted for max_state: the estimates are low");
+  if (isNum(est.widened) && est.widened > 1) notes.push(`widened ×${fmt(est.widened, 3)} for ${sig(est.lost_samples)} samples lost in crashes`);
+  if (est.unbounded) notes.push("more samples may have been lost than the window has: the intervals say nothing");
+  return notes.join("; ");
 }
 
 function recoveryItem(r) {
