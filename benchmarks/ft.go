@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -269,21 +268,13 @@ func startServer(bin, cfg, data string) (*exec.Cmd, string, time.Duration, error
 }
 
 func postLines(url string, lines [][]byte) {
+	var streams []string
+	var bodies [][]byte
 	for i := 0; i < len(lines); i += 1000 {
-		body := bytes.Join(lines[i:min(i+1000, len(lines))], []byte{'\n'})
-		for {
-			resp, err := http.Post(url+"/v1/streams/s/events", "application/x-ndjson", bytes.NewReader(body))
-			if err != nil {
-				panic(err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 202 {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		streams = append(streams, "s")
+		bodies = append(bodies, bytes.Join(lines[i:min(i+1000, len(lines))], []byte{'\n'}))
 	}
+	postBodies(url, streams, bodies)
 }
 
 func getStatus(url string, st *runtime.JobStatus) {

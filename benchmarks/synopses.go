@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	goruntime "runtime"
 	"slices"
 	"time"
 
@@ -150,15 +149,7 @@ func yes(b bool) string {
 // bytesOf is the live heap that what f builds keeps (the item strings
 // themselves are shared with the stream and not counted).
 func bytesOf(f func() any) string {
-	goruntime.GC()
-	goruntime.GC()
-	var before, after goruntime.MemStats
-	goruntime.ReadMemStats(&before)
-	v := f()
-	goruntime.GC()
-	goruntime.ReadMemStats(&after)
-	goruntime.KeepAlive(v)
-	d := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	d := heapDelta(f)
 	if d <= 0 {
 		return "-"
 	}
