@@ -213,7 +213,9 @@ const pageState = `() => {
   const points = (name, chart) => { const e = job(name) && job(name).querySelector('[data-chart="' + chart + '"]'); return e ? Number(e.dataset.points || 0) : 0; };
   const rows = (name, sel) => job(name) ? job(name).querySelectorAll(sel + " tbody tr").length : 0;
   const banner = document.getElementById("banner");
+  window.num = t => Number(String(t).replace(/,/g, ""));
   return {
+    created: job("clicks") ? job("clicks").dataset.created : "",
     conn: document.getElementById("conn").dataset.state,
     jobs: [...document.querySelectorAll("#joblist li")].map(li => li.dataset.job + ":" + li.dataset.kind),
     blocks: Object.fromEntries([...document.querySelectorAll("section.job")].map(e => [e.dataset.job, [...e.querySelectorAll("[data-block]")].filter(b => !b.hidden).map(b => b.dataset.block).sort().join(",")])),
@@ -328,6 +330,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.checkConsole()
 
 	// kill -9 and a restart on the same data and address.
+	created := b.state()["created"] // of the job before the crash
 	killed := time.Now()
 	kill9(t, srv)
 	b.waitFor("the page notices the service is gone", `s.conn === "reconnecting"`, nil, 10*time.Second)
@@ -359,9 +362,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.outages = append(b.outages, [2]time.Time{killed, time.Now()})
 	b.mu.Unlock()
 
-	// Live again: counters move after the restart.
+	// Live again: the restarted service's counters (they start from 0)
+	// climb on the page, and its charts go on.
+	b.waitFor("the restarted service's stats arrive", `s.created !== s0`, created, 10*time.Second)
 	s1 := b.state()
-	b.waitFor("counters change after the restart", `s.processed !== s0.processed && s.acc > s0.acc && Object.values(s.health).every(h => h === "ok" || h === "warn")`, s1, 15*time.Second)
+	b.waitFor("counters climb after the restart", `num(s.processed) > num(s0.processed) && s.acc >= s0.acc + 2
+		&& Object.values(s.health).every(h => h === "ok" || h === "warn")`, s1, 15*time.Second)
 	// A join job's panel, from statuses shaped as join jobs report them,
 	// whole and with every field missing. No ticker samples them: they
 	// are not the service's jobs.

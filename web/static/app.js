@@ -210,6 +210,7 @@ class JobView {
       for (const c of Object.values(this.charts)) c.gap(ts - 1);
     }
     this.created = created || this.created;
+    this.el.dataset.created = this.created || "";
     const e = this.el, rates = s.rates || {}, lat = s.latency || {};
     const streams = this.streams(s);
     if (streams.length) $(e, ".input").textContent = "← " + streams.join(" ⋈ ");
