@@ -113,7 +113,14 @@ func TestExactModeLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitIdle(t, j2)
+	// The metrics are published when the partition goes idle, just after
+	// its queue drains.
+	deadline := time.Now().Add(5 * time.Second)
 	st := j2.Status(false)
+	for st.Metrics.All.Count != 60 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		st = j2.Status(false)
+	}
 	if st.Metrics.All.Count != 60 || st.Partitions[0].LastSeq != 60 {
 		t.Fatalf("learned %d, last seq %d", st.Metrics.All.Count, st.Partitions[0].LastSeq)
 	}

@@ -48,8 +48,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Name: "users", Kind: "distinct", Input: demoStream,
 		Params: map[string]any{"field": "key"},
 	}, {
+		// A generator tick can post many seconds of event time at once
+		// (the generator's clock runs faster than the wall's); a minute of
+		// lateness lets the purchases posted after them join.
 		Name: "conversions", Kind: "join", Left: demoStream, Right: purchaseStream,
-		Params: map[string]any{"on": "key", "within": "5s", "allowed_lateness": "5s", "value": "amount", "value_side": "right",
+		Params: map[string]any{"on": "key", "within": "5s", "allowed_lateness": "1m", "value": "amount", "value_side": "right",
 			"window": "10s", "max_state": "16MiB"},
 	}}
 	ctx, cancel := context.WithCancel(ctx)
