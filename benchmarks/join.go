@@ -31,7 +31,7 @@ func joinTables(quick bool, reps int) {
 	if quick {
 		n = 400_000
 	}
-	// 100 keys, one event per ms, within 100 ms: about one match per tuple.
+	// 100 keys, one event per ms, within 100 ms: about one match per two tuples.
 	const keys, within = 100, 100
 	evs := gen.JoinEvents(11, n, keys, joinStart)
 	names := make([]string, keys)
@@ -40,7 +40,7 @@ func joinTables(quick bool, reps int) {
 	}
 
 	fmt.Printf("\n## Join: throughput\n\n")
-	fmt.Printf("%s tuples of two streams over %d keys, one per ms, joined within %d ms (about one match per tuple). Operator: joins.Join alone on one core. Engine: NDJSON parsed, extracted, queued and joined in process (no HTTP), 2 partitions, requests of 1,000 events. Median of %d runs.\n\n", humanize(float64(n)), keys, within, reps)
+	fmt.Printf("%s tuples of two streams over %d keys, one per ms, joined within %d ms (about one match per two tuples). Operator: joins.Join alone on one core. Engine: NDJSON parsed, extracted, queued and joined in process (no HTTP), 2 partitions, requests of 1,000 events. Median of %d runs.\n\n", humanize(float64(n)), keys, within, reps)
 	fmt.Println("| path | sample | ft mode | tuples/s | matches/tuple | target |")
 	fmt.Println("| --- | ---: | --- | ---: | ---: | --- |")
 	for _, p := range []float64{1, 0.1} {
