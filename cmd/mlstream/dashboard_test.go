@@ -195,7 +195,7 @@ func (b *browser) checkConsole() {
 			}
 		}
 		if bad {
-			b.t.Errorf("console: %s (source %q, %s:%d)", m, m.Source, m.URL, m.Line)
+			b.t.Errorf("console at %s: %s (source %q, %s:%d); outages %v", m.Time.Format("15:04:05.000"), m, m.Source, m.URL, m.Line, outages)
 			failed = true
 		}
 	}
@@ -359,7 +359,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		&& s.recoveries.some(r => r.at === s0.at && r.failures === "1" && r.lost === String(s0.lost) && r.within === String(s0.within) && r.clean === "false")`,
 		map[string]any{"at": rec.At, "lost": rec.Lost, "within": rec.Within}, 20*time.Second)
 	b.mu.Lock()
-	b.outages = append(b.outages, [2]time.Time{killed, time.Now()})
+	// Chrome stamps a failed request with the time it began, which can be
+	// just before the kill: a little slack.
+	b.outages = append(b.outages, [2]time.Time{killed.Add(-2 * time.Second), time.Now().Add(time.Second)})
 	b.mu.Unlock()
 
 	// Live again: the restarted service's counters (they start from 0)
