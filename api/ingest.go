@@ -43,6 +43,9 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) (*bytes.Buffer,
 // ingestResponse is the 202 body.
 type ingestResponse struct {
 	Accepted int `json:"accepted"`
+	// Shed counts, per job with load shedding, the accepted events it
+	// dropped to keep its queueing delay under max_delay.
+	Shed map[string]uint64 `json:"shed,omitempty"`
 }
 
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
@@ -78,7 +81,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		s.engineError(w, stream, err, n)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, ingestResponse{Accepted: accepted})
+	writeJSON(w, http.StatusAccepted, ingestResponse{Accepted: accepted, Shed: b.Shed()})
 }
 
 // decodeError answers a DecodeError or an InputError.

@@ -24,10 +24,11 @@ type Batch struct {
 }
 
 type jobBatch struct {
-	job   *Job
-	side  uint8      // of a join: which of its streams this is
-	parts [][]Record // per partition
-	arena arena
+	job       *Job
+	side      uint8      // of a join: which of its streams this is
+	parts     [][]Record // per partition
+	arena     arena
+	shedStats shedStats
 }
 
 // NewBatch starts a request on a stream. It fails with ErrUnknownStream
@@ -97,6 +98,21 @@ func inputError(err error, line int) error {
 // Len is the number of events added.
 func (b *Batch) Len() int { return b.events }
 
+// Shed returns, after Commit, how many events each job with load shedding
+// dropped from this request (nil when none did).
+func (b *Batch) Shed() map[string]uint64 {
+	var out map[string]uint64
+	for _, jb := range b.jobs {
+		if jb.shedStats.shed > 0 {
+			if out == nil {
+				out = map[string]uint64{}
+			}
+			out[jb.job.spec.Name] = jb.shedStats.shed
+		}
+	}
+	return out
+}
+
 // Commit queues every record, waiting up to the engine's IngestWait for
 // room. If any partition has no room in time, nothing is queued and it
 // returns ErrBusy; a batch that could never fit returns ErrTooLarge.
@@ -120,6 +136,17 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	// past it the events are logged, not refused.
 	pendCtx, cancelPend := context.WithTimeout(ctx, b.e.cfg.IngestWait/2)
 	defer cancelPend()
+	for _, jb := range b.jobs {
+		if jb.job.spec.Shed == nil {
+			continue
+		}
+		maxDelay, _ := jb.job.spec.Shed.delay()
+		for i := range jb.parts {
+			if len(jb.parts[i]) > 0 {
+				jb.shed(i, maxDelay)
+			}
+		}
+	}
 	for _, jb := range b.jobs {
 		for i, recs := range jb.parts {
 			if len(recs) == 0 {
@@ -160,7 +187,8 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 				durable = append(durable, q.ft)
 			}
 		}
-		jb.job.accepted.Add(uint64(b.events))
+		jb.job.accepted.Add(uint64(b.events) - jb.shedStats.shed)
+		jb.job.shed.add(jb.shedStats)
 		jb.job.featsPerEvent.Store(int64(len(jb.arena.feats) / b.events))
 	}
 	// Group commit: concurrent requests share the fsyncs.

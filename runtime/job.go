@@ -3,6 +3,7 @@ package runtime
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,10 @@ type partitionOp interface {
 	// process handles one batch, in order; logged says whether the batch
 	// is in the item log (fault tolerance counts what is at risk).
 	process(recs []Record, logged bool)
+	// coordinate is called at the end of each group of batches (group.go):
+	// logreg merges into the global model, the synopses and joins publish
+	// their state for queries.
+	coordinate()
 	// idle is called whenever the queue runs empty, and once at shutdown
 	// after the last batch: the moment to flush or merge.
 	idle()
@@ -57,6 +62,7 @@ type Job struct {
 	lat           latencyHist
 	samples       sampler
 	gate          gate
+	shed          shedCounters
 	wg            sync.WaitGroup // partition goroutines
 	ft            *jobFT         // nil when the job has no fault tolerance
 }
@@ -107,7 +113,11 @@ type partition struct {
 	index     int
 	q         *queue
 	op        partitionOp
+	group     *groupSizer
 	processed atomic.Uint64
+	// rate is the partition's drain rate while busy, in events per second
+	// (float64 bits, a moving average), for load shedding.
+	rate atomic.Uint64
 }
 
 func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
@@ -119,9 +129,16 @@ func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
 	if err := p.Done(); err != nil {
 		return nil, err
 	}
+	gcfg, err := spec.Sync.validate(spec.Kind)
+	if err != nil {
+		return nil, err
+	}
 	j := &Job{spec: spec, kind: k, created: time.Now()}
+	if hj, ok := k.(*hhJob); ok && spec.Shed != nil {
+		hj.shed = &j.shed
+	}
 	for i := 0; i < spec.Partitions; i++ {
-		part := &partition{job: j, index: i, q: newQueue(spec.QueueSize)}
+		part := &partition{job: j, index: i, q: newQueue(spec.QueueSize), group: newGroupSizer(gcfg, j.created)}
 		part.op = k.newPartition(i, emitter{hub: hub, job: spec.Name})
 		j.parts = append(j.parts, part)
 	}
@@ -156,6 +173,9 @@ func (j *Job) start(hub *Hub) error {
 			return err
 		}
 		if rep.Backups > 0 || rep.Replayed > 0 || rep.Lost > 0 {
+			for _, p := range j.parts {
+				p.group.restart()
+			}
 			j.ft.recovery.Store(rep)
 			j.ft.log.Info("job recovered", "job", j.spec.Name, "clean", rep.Clean, "failures", rep.Failures,
 				"backups", rep.Backups, "replayed", rep.Replayed, "lost", rep.Lost, "bound_events", rep.Bound.Events,
@@ -200,6 +220,7 @@ func (p *partition) run() {
 			buf = batches
 			if len(batches) == 0 {
 				p.op.idle()
+				p.group.idle(time.Now())
 				if closed {
 					return
 				}
@@ -208,14 +229,35 @@ func (p *partition) run() {
 			for i, b := range batches {
 				p.job.gate.wait()
 				n := len(b.recs)
+				start := time.Now()
 				p.op.process(b.recs, p.q.logged(b))
+				end := time.Now()
 				p.processed.Add(uint64(n))
-				p.job.lat.observe(time.Since(b.enqueued), n)
+				p.job.lat.observe(end.Sub(b.enqueued), n)
+				p.observeRate(n, end.Sub(start))
 				p.q.done(b)
 				batches[i] = nil
+				if p.group.batchDone(end.Sub(start), end) {
+					p.op.coordinate()
+					now := time.Now()
+					p.group.coordinated(now.Sub(end), now)
+				}
 			}
 		}
 	}
+}
+
+// observeRate folds a batch of n events processed in d into the drain
+// rate: a moving average over about the last 16 batches.
+func (p *partition) observeRate(n int, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	r := float64(n) / d.Seconds()
+	if old := math.Float64frombits(p.rate.Load()); old > 0 {
+		r = old + (r-old)/16
+	}
+	p.rate.Store(math.Float64bits(r))
 }
 
 // Spec returns the job's spec with defaults filled in.
@@ -273,6 +315,16 @@ type JobStatus struct {
 
 	// FT is the fault-tolerance view; absent when the job has none.
 	FT *FTStatus `json:"ft,omitempty"`
+	// Group is the job's group scheduling (group.go); Shed its load
+	// shedding, absent when off.
+	Group *GroupStatus `json:"group"`
+	Shed  *ShedStatus  `json:"shed,omitempty"`
+	// HeldBack counts the senders held back now so that no more than l
+	// events wait without an item backup (AF-Stream); HeldBackTotal every
+	// time one was, HeldBackMs how long in all.
+	HeldBack      int64   `json:"held_back"`
+	HeldBackTotal uint64  `json:"held_back_total"`
+	HeldBackMs    float64 `json:"held_back_ms"`
 
 	// heavy_hitters: the current window's top k; distinct: its count.
 	TopK     *TopK          `json:"topk,omitempty"`
@@ -281,8 +333,9 @@ type JobStatus struct {
 	Join *JoinStatus `json:"join,omitempty"`
 
 	// logreg
-	Model   *learners.Snapshot `json:"model,omitempty"`
-	Metrics *learners.Metrics  `json:"metrics,omitempty"`
+	Consistency *ConsistencyStatus `json:"consistency,omitempty"`
+	Model       *learners.Snapshot `json:"model,omitempty"`
+	Metrics     *learners.Metrics  `json:"metrics,omitempty"`
 }
 
 // PartitionStatus is one partition's share of a JobStatus.
@@ -291,6 +344,10 @@ type PartitionStatus struct {
 	QueueDepth int64  `json:"queue_depth"`
 	Processed  uint64 `json:"processed"`
 	LastSeq    uint64 `json:"last_seq"`
+	// DrainRate is events per second while busy (a moving average).
+	DrainRate float64     `json:"drain_rate"`
+	HeldBack  int64       `json:"held_back"`
+	Group     GroupStatus `json:"group"`
 }
 
 // Status reports the job's live state. detail asks the kind for costly
@@ -304,8 +361,14 @@ func (j *Job) Status(detail bool) JobStatus {
 		pr := p.processed.Load()
 		st.Processed += pr
 		st.QueueCap += p.q.capacity
-		st.Partitions = append(st.Partitions, PartitionStatus{Partition: p.index, QueueDepth: p.q.depth.Load(), Processed: pr, LastSeq: p.q.lastSeq()})
+		hb := p.q.heldBack.Load()
+		st.HeldBack += hb
+		st.HeldBackTotal += p.q.heldBackTotal.Load()
+		st.HeldBackMs += float64(p.q.heldBackNs.Load()) / 1e6
+		st.Partitions = append(st.Partitions, PartitionStatus{Partition: p.index, QueueDepth: p.q.depth.Load(), Processed: pr, LastSeq: p.q.lastSeq(),
+			DrainRate: math.Float64frombits(p.rate.Load()), HeldBack: hb, Group: p.group.status()})
 	}
+	st.Group, st.Shed = jobGroupStatus(j.parts), j.shedStatus()
 	st.Rates, st.Latency = j.samples.recent()
 	j.kind.status(&st, detail)
 	if j.ft != nil {

@@ -187,10 +187,10 @@ func (p *joinPart) process(recs []Record, logged bool) {
 		p.check(p.jn.StateDivergence(), false)
 	}
 	p.check(0, true)
-	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
-		p.publish(now)
-	}
 }
+
+// coordinate publishes the join's state at the end of a group of batches.
+func (p *joinPart) coordinate() { p.publish(time.Now()) }
 
 // emit keeps the match among the recent ones and sends it to listeners.
 func (p *joinPart) emit(m *joins.Match) {

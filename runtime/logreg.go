@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,15 +16,19 @@ import (
 // logregJob is kind "logreg": online logistic regression, one Learner per
 // partition over a shared global Model (learners' parameter-server
 // design). Params: the learner's (hash_bits, optimizer, alpha, beta, l1,
-// l2, clip, normalize, adaptive, window), sync_every, and the field names.
+// l2, clip, normalize, adaptive, window) and the field names. Partitions
+// merge at the end of each group of batches (group.go), waiting for each
+// other as the job's consistency says (consistency.go).
 type logregJob struct {
-	name      string
-	fields    Fields
-	model     *learners.Model
-	syncEvery int
-	window    int
-	parts     []*logregPart
-	ft        *jobFT // nil without fault tolerance
+	name   string
+	fields Fields
+	model  *learners.Model
+	window int
+	parts  []*logregPart
+	ft     *jobFT // nil without fault tolerance
+	// clock paces the partitions' merges: async, bsp or ssp.
+	consistency string
+	clock       *syncClock
 
 	// merge serialises merges of partitions into the global model, and the
 	// backups of it, so that a backup is a consistent cut: the model holds
@@ -75,10 +80,6 @@ func newLogregJob(spec Spec, p *Params) (kindJob, error) {
 	if cfg.Window, err = p.Int("window", cfg.Window, 1, 10_000_000); err != nil {
 		return nil, err
 	}
-	syncEvery, err := p.Int("sync_every", 1000, 1, 100_000_000)
-	if err != nil {
-		return nil, err
-	}
 	fields, err := readFields(p)
 	if err != nil {
 		return nil, err
@@ -94,7 +95,9 @@ func newLogregJob(spec Spec, p *Params) (kindJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &logregJob{name: spec.Name, fields: fields, model: model, syncEvery: syncEvery, window: cfg.Window}, nil
+	staleness := map[string]int{ConsistencyAsync: math.MaxInt32, ConsistencyBSP: 0, ConsistencySSP: spec.Sync.Staleness}[spec.Sync.Consistency]
+	return &logregJob{name: spec.Name, fields: fields, model: model, window: cfg.Window,
+		consistency: spec.Sync.Consistency, clock: newSyncClock(spec.Partitions, staleness)}, nil
 }
 
 func (j *logregJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64) error {
@@ -115,7 +118,7 @@ func (j *logregJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64)
 }
 
 func (j *logregJob) newPartition(index int, out emitter) partitionOp {
-	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window), limit: j.syncEvery}
+	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window), limit: math.MaxInt}
 	p.pub.snap = p.prog.Clone()
 	j.parts = append(j.parts, p)
 	j.merge.lastSeqs = append(j.merge.lastSeqs, 0)
@@ -143,6 +146,10 @@ func (j *logregJob) status(st *JobStatus, detail bool) {
 	j.mu.Unlock()
 	m := j.metrics()
 	st.Model, st.Metrics = &snap, &m
+	st.Consistency = j.clock.status(j.consistency)
+	if j.consistency != ConsistencySSP {
+		st.Consistency.Staleness = 0
+	}
 }
 
 // logregPart is one partition's learner: progressive validation (predict,
@@ -155,9 +162,10 @@ type logregPart struct {
 	prog     *learners.Progressive
 	msg      []byte
 	lastSeq  uint64       // of the last record processed
-	limit    int          // merge after this many labelled events: min(sync_every, γ)
+	limit    int          // merge after this many labelled events within a group: γ (fault tolerance)
 	unacked  atomic.Int64 // learned, not yet merged: published for status
 	unlogged int          // learned since the last merge and not in the item log
+	active   bool         // has work, for the clock
 
 	// pub is the copy of prog that readers see, refreshed every
 	// publishEvery and whenever the partition goes idle.
@@ -171,6 +179,10 @@ type logregPart struct {
 const publishEvery = 100 * time.Millisecond
 
 func (p *logregPart) process(recs []Record, logged bool) {
+	if !p.active {
+		p.job.clock.setActive(p.index, true)
+		p.active = true
+	}
 	wants := p.out.hub.Wants(p.out.job, TypePrediction)
 	model := p.job.model
 	for i := range recs {
@@ -203,7 +215,20 @@ func (p *logregPart) process(recs []Record, logged bool) {
 	}
 }
 
+// coordinate merges at the end of a group of batches, then waits for the
+// other partitions as the job's consistency says.
+func (p *logregPart) coordinate() {
+	p.merge()
+	p.job.clock.advance(p.index)
+}
+
+// idle merges without waiting: a partition without work holds no one back
+// and waits for no one.
 func (p *logregPart) idle() {
+	if p.active {
+		p.job.clock.setActive(p.index, false)
+		p.active = false
+	}
 	p.merge()
 	p.unacked.Store(0)
 	p.publish(time.Now())
@@ -235,7 +260,7 @@ func (p *logregPart) merge() {
 	j.merge.Unlock()
 	if j.ft != nil {
 		// γ: at most this many events learned and not yet merged.
-		p.limit = min(j.syncEvery, max(j.ft.gamma(), 1))
+		p.limit = max(j.ft.gamma(), 1)
 	}
 }
 

@@ -16,6 +16,7 @@ type metrics struct {
 	refusedVec  *prometheus.CounterVec
 
 	processed, depth, capacity, shed, version, quality, latency, wsDropped, wsClients *prometheus.Desc
+	groupSize, groupOverhead, heldBack                                                *prometheus.Desc
 
 	joinMatches, joinTuples, joinState, joinMaxState *prometheus.Desc
 
@@ -31,19 +32,22 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 		refusedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mlstream_events_rejected_total", Help: "Events refused per stream and reason: bad_input (400), too_large (413), busy (429), unknown_stream (404), closed (503).",
 		}, []string{"stream", "reason"}),
-		processed:    prometheus.NewDesc("mlstream_events_processed_total", "Events processed per job.", []string{"job"}, nil),
-		shed:         prometheus.NewDesc("mlstream_events_shed_total", "Events dropped by load shedding per job (shedding is not enabled in this version: always 0).", []string{"job"}, nil),
-		depth:        prometheus.NewDesc("mlstream_queue_depth", "Events queued and not yet processed, per partition.", []string{"job", "partition"}, nil),
-		capacity:     prometheus.NewDesc("mlstream_queue_capacity", "Capacity of each partition queue, in events.", []string{"job", "partition"}, nil),
-		latency:      prometheus.NewDesc("mlstream_processing_latency_seconds", "Time from queueing to processed, per event.", []string{"job"}, nil),
-		version:      prometheus.NewDesc("mlstream_model_version", "Version of the global model (merges applied).", []string{"job"}, nil),
-		quality:      prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss or auc; window is all or recent.", []string{"job", "metric", "window"}, nil),
-		joinMatches:  prometheus.NewDesc("mlstream_join_matches_total", "Pairs a join found (with sampling, pairs of sampled tuples).", []string{"job"}, nil),
-		joinTuples:   prometheus.NewDesc("mlstream_join_tuples_total", "Tuples of a join by outcome: late (dropped, behind the watermark), expired (left the state past the interval), evicted (left it early for max_state).", []string{"job", "outcome"}, nil),
-		joinState:    prometheus.NewDesc("mlstream_join_state_bytes", "Accounted bytes of a join's buffered tuples and key index.", []string{"job"}, nil),
-		joinMaxState: prometheus.NewDesc("mlstream_join_max_state_bytes", "A join's max_state.", []string{"job"}, nil),
-		wsClients:    prometheus.NewDesc("mlstream_ws_clients", "Connected WebSocket subscribers.", nil, nil),
-		wsDropped:    prometheus.NewDesc("mlstream_ws_dropped_total", "Messages dropped because a subscriber's backlog was full.", nil, nil),
+		processed:     prometheus.NewDesc("mlstream_events_processed_total", "Events processed per job.", []string{"job"}, nil),
+		shed:          prometheus.NewDesc("mlstream_events_shed_total", "Events dropped by load shedding per job (jobs with a shed section).", []string{"job"}, nil),
+		groupSize:     prometheus.NewDesc("mlstream_group_size", "Coordination group size in batches, per partition (Drizzle group scheduling).", []string{"job", "partition"}, nil),
+		groupOverhead: prometheus.NewDesc("mlstream_group_overhead", "Share of the last group's time spent coordinating, per partition.", []string{"job", "partition"}, nil),
+		heldBack:      prometheus.NewDesc("mlstream_senders_held_back", "Ingest requests held back now so that no more than l events wait without an item backup.", []string{"job"}, nil),
+		depth:         prometheus.NewDesc("mlstream_queue_depth", "Events queued and not yet processed, per partition.", []string{"job", "partition"}, nil),
+		capacity:      prometheus.NewDesc("mlstream_queue_capacity", "Capacity of each partition queue, in events.", []string{"job", "partition"}, nil),
+		latency:       prometheus.NewDesc("mlstream_processing_latency_seconds", "Time from queueing to processed, per event.", []string{"job"}, nil),
+		version:       prometheus.NewDesc("mlstream_model_version", "Version of the global model (merges applied).", []string{"job"}, nil),
+		quality:       prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss or auc; window is all or recent.", []string{"job", "metric", "window"}, nil),
+		joinMatches:   prometheus.NewDesc("mlstream_join_matches_total", "Pairs a join found (with sampling, pairs of sampled tuples).", []string{"job"}, nil),
+		joinTuples:    prometheus.NewDesc("mlstream_join_tuples_total", "Tuples of a join by outcome: late (dropped, behind the watermark), expired (left the state past the interval), evicted (left it early for max_state).", []string{"job", "outcome"}, nil),
+		joinState:     prometheus.NewDesc("mlstream_join_state_bytes", "Accounted bytes of a join's buffered tuples and key index.", []string{"job"}, nil),
+		joinMaxState:  prometheus.NewDesc("mlstream_join_max_state_bytes", "A join's max_state.", []string{"job"}, nil),
+		wsClients:     prometheus.NewDesc("mlstream_ws_clients", "Connected WebSocket subscribers.", nil, nil),
+		wsDropped:     prometheus.NewDesc("mlstream_ws_dropped_total", "Messages dropped because a subscriber's backlog was full.", nil, nil),
 
 		ftDivergence:  prometheus.NewDesc("mlstream_ft_divergence", "State divergence from the last backup, in the kind's unit.", []string{"job"}, nil),
 		ftThreshold:   prometheus.NewDesc("mlstream_ft_threshold", "Current fault-tolerance thresholds: theta (state), l (pending events per partition), gamma (unacknowledged per partition).", []string{"job", "threshold"}, nil),
@@ -78,7 +82,7 @@ func (e *Engine) Refused(stream, reason string, n int) { e.metrics.refused(strea
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.version, m.quality, m.wsClients, m.wsDropped,
-		m.joinMatches, m.joinTuples, m.joinState, m.joinMaxState,
+		m.joinMatches, m.joinTuples, m.joinState, m.joinMaxState, m.groupSize, m.groupOverhead, m.heldBack,
 		m.ftDivergence, m.ftThreshold, m.ftPending, m.ftUnacked, m.ftItemLog, m.ftBackups, m.ftBackupBytes, m.ftFailures, m.ftWorst, m.ftPromise, m.ftLost} {
 		ch <- d
 	}
@@ -89,12 +93,18 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, j := range m.e.Jobs() {
 		name := j.spec.Name
 		ch <- prometheus.MustNewConstMetric(m.processed, prometheus.CounterValue, float64(j.processed()), name)
-		ch <- prometheus.MustNewConstMetric(m.shed, prometheus.CounterValue, 0, name)
+		ch <- prometheus.MustNewConstMetric(m.shed, prometheus.CounterValue, float64(j.shed.shed.Load()), name)
+		var held int64
 		for _, p := range j.parts {
 			idx := strconv.Itoa(p.index)
+			g := p.group.status()
+			held += p.q.heldBack.Load()
+			ch <- prometheus.MustNewConstMetric(m.groupSize, prometheus.GaugeValue, g.Size, name, idx)
+			ch <- prometheus.MustNewConstMetric(m.groupOverhead, prometheus.GaugeValue, g.Overhead, name, idx)
 			ch <- prometheus.MustNewConstMetric(m.depth, prometheus.GaugeValue, float64(p.q.depth.Load()), name, idx)
 			ch <- prometheus.MustNewConstMetric(m.capacity, prometheus.GaugeValue, float64(p.q.capacity), name, idx)
 		}
+		ch <- prometheus.MustNewConstMetric(m.heldBack, prometheus.GaugeValue, float64(held), name)
 		s := j.lat.snap()
 		buckets := make(map[float64]uint64, len(latBounds))
 		var cum uint64

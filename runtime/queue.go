@@ -33,6 +33,11 @@ type queue struct {
 	depth    atomic.Int64        // events queued or being processed
 	notify   chan struct{}       // capacity 1: wakes the partition
 	ft       *partFT             // nil without fault tolerance
+	// heldBack counts senders held back by waitPending now, heldBackTotal
+	// every time one was, heldBackNs the time they waited.
+	heldBack      atomic.Int64
+	heldBackTotal atomic.Uint64
+	heldBackNs    atomic.Int64
 
 	mu struct {
 		sync.Mutex
@@ -64,6 +69,13 @@ func (q *queue) waitPending(ctx context.Context, n int) {
 	if q.ft == nil || q.ft.mode != ft.ModeApprox {
 		return
 	}
+	var since time.Time
+	defer func() {
+		if !since.IsZero() {
+			q.heldBack.Add(-1)
+			q.heldBackNs.Add(int64(time.Since(since)))
+		}
+	}()
 	for {
 		q.mu.Lock()
 		l := q.ft.l.Load()
@@ -76,6 +88,11 @@ func (q *queue) waitPending(ctx context.Context, n int) {
 		}
 		ch := q.mu.done
 		q.mu.Unlock()
+		if since.IsZero() {
+			since = time.Now()
+			q.heldBack.Add(1)
+			q.heldBackTotal.Add(1)
+		}
 		select {
 		case <-ch:
 		case <-ctx.Done():

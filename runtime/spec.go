@@ -37,6 +37,11 @@ type Spec struct {
 	Params map[string]any `json:"params,omitempty"`
 	// FT is the job's fault tolerance.
 	FT FTSpec `json:"ft"`
+	// Sync is the job's coordination: group scheduling and, for logreg,
+	// the consistency of model averaging.
+	Sync SyncSpec `json:"sync"`
+	// Shed turns load shedding on (logreg and heavy_hitters).
+	Shed *ShedSpec `json:"shed,omitempty"`
 }
 
 // FTSpec is a job's fault-tolerance section: the mode and AF-Stream's
@@ -162,6 +167,12 @@ func (s *Spec) validate(defPartitions, defQueue int) error {
 	}
 	if s.QueueSize == 0 {
 		s.QueueSize = defQueue
+	}
+	if _, err := s.Sync.validate(s.Kind); err != nil {
+		return err
+	}
+	if err := s.Shed.validate(s.Kind); err != nil {
+		return err
 	}
 	return s.FT.validate(s.Kind)
 }

@@ -17,7 +17,8 @@ import (
 
 // The synopsis kinds, heavy_hitters and distinct: each partition keeps its
 // own summary of a field's values (tumbling event-time windows, or one
-// window for the whole stream), publishes a copy every publishEvery, and a
+// window for the whole stream), publishes a copy after each group of
+// batches (group.go), and a
 // query merges the partitions' copies (mergeable summaries). Each
 // partition's summary is its own unit of state for fault tolerance.
 
@@ -195,7 +196,8 @@ type hhJob struct {
 	counters int
 	parts    []*hhPart
 	ft       *jobFT
-	lastKeys []string // of the last topk message; only the sampler touches it
+	shed     *shedCounters // the job's, when it sheds
+	lastKeys []string      // of the last topk message; only the sampler touches it
 }
 
 func newHHJob(spec Spec, p *Params) (kindJob, error) {
@@ -277,13 +279,13 @@ type summaryPart[S any, W windowed[S]] struct {
 
 // processWith adds every value of each record with add, keeping fault
 // tolerance informed event by event and backing up at window ends.
-func (p *summaryPart[S, W]) processWith(recs []Record, logged bool, add func(v string, ts int64) (late, closed bool)) {
+func (p *summaryPart[S, W]) processWith(recs []Record, logged bool, add func(v string, weight float64, ts int64) (late, closed bool)) {
 	for i := range recs {
 		r := &recs[i]
 		p.observe(r, logged)
 		closed := false
 		for _, v := range r.Values {
-			_, c := add(v, r.TS)
+			_, c := add(v, r.Value, r.TS)
 			closed = closed || c
 		}
 		p.check(p.sk.StateDivergence(), closed)
@@ -292,10 +294,10 @@ func (p *summaryPart[S, W]) processWith(recs []Record, logged bool, add func(v s
 		}
 	}
 	p.check(0, true)
-	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
-		p.publish(now)
-	}
 }
+
+// coordinate publishes the summary at the end of a group of batches.
+func (p *summaryPart[S, W]) coordinate() { p.publish(time.Now()) }
 
 func (p *summaryPart[S, W]) idle() { p.publish(time.Now()) }
 
@@ -346,8 +348,10 @@ func unitsOf[P stateful](parts []P) []stateful {
 	return out
 }
 
+// process counts each value once, or, for events kept by load shedding,
+// with their weight.
 func (p *hhPart) process(recs []Record, logged bool) {
-	p.processWith(recs, logged, func(v string, ts int64) (bool, bool) { return p.sk.Update(v, 1, ts) })
+	p.processWith(recs, logged, func(v string, w float64, ts int64) (bool, bool) { return p.sk.Update(v, max(uint64(w), 1), ts) })
 }
 
 // TopK is the answer to GET /v1/jobs/{job}/topk.
@@ -364,6 +368,10 @@ type TopK struct {
 	MaxUntracked uint64 `json:"max_untracked"`
 	Late         uint64 `json:"late"`
 	Dropped      uint64 `json:"dropped"`
+	// Shed and ExtraWeight are what load shedding dropped and added (the
+	// bounds include both); absent without shedding.
+	Shed        uint64 `json:"shed,omitempty"`
+	ExtraWeight uint64 `json:"extra_weight,omitempty"`
 }
 
 // topK merges the partitions' published copies of a window.
@@ -380,6 +388,9 @@ func (j *hhJob) topK(window string, k int) TopK {
 		}
 	}
 	out.Items, out.Total, out.MaxUntracked = merged.TopK(k), merged.Total(), merged.MaxUntracked()
+	if j.shed != nil {
+		j.shed.widen(&out)
+	}
 	return out
 }
 
@@ -502,7 +513,7 @@ type distinctPart struct {
 }
 
 func (p *distinctPart) process(recs []Record, logged bool) {
-	p.processWith(recs, logged, p.sk.InsertString)
+	p.processWith(recs, logged, func(v string, _ float64, ts int64) (bool, bool) { return p.sk.InsertString(v, ts) })
 }
 
 // DistinctCount is the answer to GET /v1/jobs/{job}/distinct.

@@ -1,0 +1,91 @@
+package runtime
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/mlstream/mlstream/internal/gen"
+)
+
+// The paper's Experiment 9: async, bsp and ssp reach the same accuracy on
+// the same stream; bsp and ssp keep the partitions' rounds within their
+// staleness while both are busy.
+func TestConsistencyModelsReachTheSameAccuracy(t *testing.T) {
+	g := gen.New(gen.Config{Seed: 3})
+	lines := make([]string, 60_000)
+	for i := range lines {
+		ev := g.Next()
+		lines[i] = string(ev.AppendJSON(nil))
+	}
+	acc := map[string]float64{}
+	for _, model := range []string{ConsistencyAsync, ConsistencyBSP, ConsistencySSP} {
+		e := testEngine(t, Config{})
+		j := mustPut(t, e, Spec{Name: "m", Kind: "logreg", Input: "s", Partitions: 2,
+			Params: map[string]any{"hash_bits": 18}, Sync: SyncSpec{Consistency: model}})
+		for i := 0; i < len(lines); i += 200 {
+			if _, err := ingest(e, "s", lines[i:i+200]...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitIdle(t, j)
+		deadline := time.Now().Add(10 * time.Second)
+		st := j.Status(false)
+		for st.Metrics.All.Count != int64(len(lines)) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+			st = j.Status(false)
+		}
+		if st.Metrics.All.Count != int64(len(lines)) {
+			t.Fatalf("%s: learned %d of %d", model, st.Metrics.All.Count, len(lines))
+		}
+		c := st.Consistency
+		if c == nil || c.Model != model || c.MaxRound == 0 {
+			t.Fatalf("%s: consistency %+v", model, c)
+		}
+		acc[model] = st.Metrics.All.Accuracy
+		t.Logf("%s: accuracy %.4f, rounds %d-%d, %d waits (%.1f ms), model version %d", model, st.Metrics.All.Accuracy, c.MinRound, c.MaxRound, c.Waits, c.WaitedMs, st.Model.Version)
+	}
+	for _, m := range []string{ConsistencyBSP, ConsistencySSP} {
+		if math.Abs(acc[m]-acc[ConsistencyAsync]) > 0.01 {
+			t.Fatalf("%s accuracy %.4f, async %.4f: more than a point apart", m, acc[m], acc[ConsistencyAsync])
+		}
+	}
+}
+
+// Under bsp a busy partition never runs a round ahead of another busy one.
+func TestBSPKeepsRoundsTogether(t *testing.T) {
+	c := newSyncClock(2, 0)
+	c.setActive(0, true)
+	c.setActive(1, true)
+	done := make(chan struct{})
+	go func() {
+		c.advance(0) // round 1: must wait for partition 1
+		close(done)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.status("bsp").Waits == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-done:
+		t.Fatal("partition 0 went on while partition 1 had not merged round 1")
+	default:
+	}
+	if c.status("bsp").Waits != 1 {
+		t.Fatal("partition 0 never waited")
+	}
+	c.advance(1)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("partition 0 still waits after partition 1 merged")
+	}
+	// An idle partition holds no one back, and rejoins at the front.
+	c.setActive(1, false)
+	c.advance(0)
+	c.advance(0)
+	c.setActive(1, true)
+	if st := c.status("bsp"); st.MinRound != 3 || st.MaxRound != 3 || st.Waits != 1 {
+		t.Fatalf("status %+v", st)
+	}
+}
