@@ -40,7 +40,7 @@ func events(n, from int) []string {
 func waitIdle(t *testing.T, j *Job) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for j.Status(false).QueueDepth != 0 {
+	for j.depth() != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("queue did not drain")
 		}

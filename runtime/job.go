@@ -115,8 +115,8 @@ type partition struct {
 	op        partitionOp
 	group     *groupSizer
 	processed atomic.Uint64
-	// rate is the partition's drain rate while busy, in events per second
-	// (float64 bits, a moving average), for load shedding.
+	// rate is the partition's drain rate while backlogged, in events per
+	// wall second (float64 bits, a moving average), for load shedding.
 	rate atomic.Uint64
 }
 
@@ -214,6 +214,7 @@ func (j *Job) stop() {
 // queue does not hold.
 func (p *partition) run() {
 	var buf []*batch
+	var prevEnd time.Time // end of the previous batch while backlogged
 	for range p.q.notify {
 		for {
 			batches, closed := p.q.take(buf)
@@ -221,6 +222,7 @@ func (p *partition) run() {
 			if len(batches) == 0 {
 				p.op.idle()
 				p.group.idle(time.Now())
+				prevEnd = time.Time{}
 				if closed {
 					return
 				}
@@ -234,7 +236,15 @@ func (p *partition) run() {
 				end := time.Now()
 				p.processed.Add(uint64(n))
 				p.job.lat.observe(end.Sub(b.enqueued), n)
-				p.observeRate(n, end.Sub(start))
+				// The drain rate counts the wall time since the previous batch
+				// while the queue is backlogged: coordination, pauses and CPU
+				// taken by others slow draining as much as the work does.
+				from := start
+				if !prevEnd.IsZero() {
+					from = prevEnd
+				}
+				p.observeRate(n, end.Sub(from))
+				prevEnd = end
 				p.q.done(b)
 				batches[i] = nil
 				if p.group.batchDone(end.Sub(start), end) {

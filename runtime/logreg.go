@@ -138,12 +138,15 @@ func (j *logregJob) metrics() learners.Metrics {
 
 func (j *logregJob) status(st *JobStatus, detail bool) {
 	j.mu.Lock()
-	if time.Since(j.mu.snapAt) > time.Second || j.mu.snap.Version != j.model.Version() {
+	// A snapshot scans every weight: at most one a second, whatever the
+	// number of readers; the version is always the current one.
+	if time.Since(j.mu.snapAt) > time.Second {
 		j.mu.snap = j.model.Snapshot(false, 0)
 		j.mu.snapAt = time.Now()
 	}
 	snap := j.mu.snap
 	j.mu.Unlock()
+	snap.Version = j.model.Version()
 	m := j.metrics()
 	st.Model, st.Metrics = &snap, &m
 	st.Consistency = j.clock.status(j.consistency)

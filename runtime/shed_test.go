@@ -1,0 +1,235 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlstream/mlstream/internal/gen"
+	"github.com/valyala/fastjson"
+)
+
+// commitRecords queues records extracted beforehand for the only job and
+// partition of a stream: the real Commit (shedding, reservation, queue)
+// without the cost of extraction, so that a sender can outrun a learner.
+func commitRecords(t *testing.T, e *Engine, stream string, recs []Record) {
+	t.Helper()
+	b, err := e.NewBatch(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.jobs[0].parts[0] = append([]Record(nil), recs...)
+	b.events = len(recs)
+	if _, err := b.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// commitValues queues pre-parsed events on a stream and returns the batch.
+func commitValues(t *testing.T, e *Engine, stream string, vs []*fastjson.Value) *Batch {
+	t.Helper()
+	b, err := e.NewBatch(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Expect(len(vs))
+	for i, v := range vs {
+		if err := b.Add(v, i+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// At twice the rate a partition drains, with shedding on, events wait no
+// longer than max_delay (p99), training events are dropped and counted,
+// and every prediction is still answered.
+func TestSheddingKeepsDelayUnderMaxDelay(t *testing.T) {
+	const maxDelay = 50 * time.Millisecond
+	e := testEngine(t, Config{QueueSize: 1 << 20})
+	j := mustPut(t, e, Spec{Name: "m", Kind: "logreg", Input: "s", Partitions: 1,
+		Params: map[string]any{"hash_bits": 18}, Shed: &ShedSpec{MaxDelay: maxDelay.String()}})
+	sub := e.Hub().Subscribe([]string{"m"}, []string{TypePrediction}, 1<<20)
+	defer e.Hub().Unsubscribe(sub)
+	// Extracted once: the sender's cost is queueing only, so it can outrun
+	// the learner.
+	g := gen.New(gen.Config{Seed: 9})
+	vs := make([]*fastjson.Value, 20_000)
+	recs := make([]Record, len(vs))
+	for i := range vs {
+		ev := g.Next()
+		line := ev.AppendJSON(nil)
+		if i%4 == 0 { // a prediction request: no label
+			line = []byte(strings.Replace(string(line), fmt.Sprintf(`"label":%d,`, b2i(ev.Label)), "", 1))
+		}
+		v, err := fastjson.ParseBytes(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs[i] = v
+		var a arena
+		if err := j.kind.extract(v, &recs[i], &a, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A client reads the predictions as they come.
+	predictions := make(chan int, 1)
+	stop := make(chan struct{})
+	go func() {
+		n := 0
+		for {
+			select {
+			case msg := <-sub.C:
+				if !strings.Contains(string(msg), `"label"`) {
+					n++
+				}
+			case <-stop:
+				predictions <- n
+				return
+			}
+		}
+	}()
+	// Warm up: learn the drain rate.
+	for range 5 {
+		commitRecords(t, e, "s", recs[:5000])
+		waitIdle(t, j)
+	}
+	// Overload: every 5 ms, twice what the partition drains in 5 ms at its
+	// current rate, so the load follows the machine's speed.
+	before := j.lat.snap()
+	shedBefore, processedBefore := j.shed.shed.Load(), j.processed()
+	var sent, unlabelled int
+	var rates []float64
+	start := time.Now()
+	off := 0
+	for k := 0; time.Since(start) < 2*time.Second; k++ {
+		rate := math.Float64frombits(j.parts[0].rate.Load())
+		rates = append(rates, rate)
+		per := min(max(int(2*rate*0.005), 1), len(recs)/2)
+		if off+per > len(recs) {
+			off = 0
+		}
+		for _, r := range recs[off : off+per] {
+			if r.Label < 0 {
+				unlabelled++
+			}
+		}
+		commitRecords(t, e, "s", recs[off:off+per])
+		off += per
+		sent += per
+		if d := time.Until(start.Add(time.Duration(k+1) * 5 * time.Millisecond)); d > 0 {
+			time.Sleep(d) // pacing the sender, not synchronising
+		}
+	}
+	elapsed := time.Since(start).Seconds()
+	waitIdle(t, j)
+	lat := j.lat.snap().sub(before)
+	p99 := lat.quantile(0.99) // ms: the upper bound of its bucket, up to 1.5x the true value
+	shed := j.shed.shed.Load() - shedBefore
+	processedRate := float64(j.processed()-processedBefore) / elapsed
+	slices.Sort(rates)
+	t.Logf("drain rate (median) %.0f/s, offered %.0f/s, processed %.0f/s; shed %d of %d (%.0f%%), p99 queueing delay %.1f ms",
+		rates[len(rates)/2], float64(sent)/elapsed, processedRate, shed, sent, 100*float64(shed)/float64(sent), p99)
+	if float64(sent)/elapsed < 1.5*processedRate {
+		t.Skipf("the sender reached only %.1fx what the partition processed", float64(sent)/elapsed/processedRate)
+	}
+	if shed == 0 {
+		t.Fatal("nothing was shed at twice the drain rate")
+	}
+	if p99 > float64(maxDelay.Milliseconds()) {
+		t.Fatalf("p99 queueing delay %.1f ms above max_delay %v", p99, maxDelay)
+	}
+	// Every prediction was answered.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(sub.C) > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	if got := <-predictions; got < unlabelled {
+		t.Fatalf("%d predictions answered of %d asked", got, unlabelled)
+	}
+	if st := j.Status(false); st.Shed == nil || st.Shed.Shed < shed || st.Shed.Fraction <= 0 {
+		t.Fatalf("shed status %+v", st.Shed)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Heavy hitters that shed count kept events 1/p times: over seeded streams
+// the counts of the top items are unbiased (mean relative error near
+// zero), and every reported bound holds the true count.
+func TestShedHeavyHittersStayUnbiased(t *testing.T) {
+	const runs = 30
+	var sumRel float64
+	var n int
+	for seed := uint64(1); seed <= runs; seed++ {
+		e := testEngine(t, Config{QueueSize: 1 << 20})
+		j := mustPut(t, e, Spec{Name: "h", Kind: "heavy_hitters", Input: "s", Partitions: 1,
+			Params: map[string]any{"field": "item", "k": 5, "counters": 1000}, Shed: &ShedSpec{MaxDelay: "1ms"}})
+		r := rand.New(rand.NewPCG(seed, 5))
+		z := rand.NewZipf(r, 1.2, 1, 199)
+		truth := map[string]uint64{}
+		vs := make([]*fastjson.Value, 10_000)
+		for i := range vs {
+			item := fmt.Sprintf("i%d", z.Uint64())
+			truth[item]++
+			vs[i], _ = fastjson.Parse(fmt.Sprintf(`{"item":%q}`, item))
+		}
+		// The first request teaches the drain rate; then the job is held,
+		// so its queue is deep and the next requests shed.
+		commitValues(t, e, "s", vs[:500])
+		waitIdle(t, j)
+		j.Pause()
+		for off := 500; off < len(vs); off += 500 {
+			commitValues(t, e, "s", vs[off:off+500])
+		}
+		j.Resume()
+		waitIdle(t, j)
+		var top TopK
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			// All the counters: the error is measured on the true top 5,
+			// not on the items whose estimates made them look top.
+			top, _ = j.TopK(WindowAll, 1000)
+			if top.Total > 0 && j.processed() == j.accepted.Load() || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if top.Shed == 0 {
+			t.Fatalf("seed %d: nothing shed", seed)
+		}
+		est := map[string]uint64{}
+		for _, it := range top.Items {
+			c := truth[it.Key]
+			if it.Lower > c || it.Upper < c {
+				t.Fatalf("seed %d: %s true %d outside [%d, %d]", seed, it.Key, c, it.Lower, it.Upper)
+			}
+			est[it.Key] = it.Estimate
+		}
+		for rank := range 5 {
+			key := fmt.Sprintf("i%d", rank) // Zipf: i0 is the most frequent
+			sumRel += (float64(est[key]) - float64(truth[key])) / float64(truth[key])
+			n++
+		}
+		_ = e.Close(context.Background())
+	}
+	mean := sumRel / float64(n)
+	t.Logf("mean relative error of the true top-5 counts over %d runs: %+.4f", runs, mean)
+	if math.Abs(mean) > 0.03 {
+		t.Fatalf("mean relative error %+.4f: biased", mean)
+	}
+}
