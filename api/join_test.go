@@ -87,3 +87,43 @@ func TestJoinOverHTTP(t *testing.T) {
 		}
 	}
 }
+
+// With load shedding on, a 202 says how many events each job dropped, and
+// /metrics counts them.
+func TestShedIsReportedInTheResponse(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putJob("top", `{"kind":"heavy_hitters","input":"clicks","partitions":1,"params":{"field":"item"},"shed":{"max_delay":"1ms"}}`)
+	var body strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&body, `{"item":"i%d"}`+"\n", i%50)
+	}
+	// The first request teaches the partition its drain rate; then the job
+	// is held, its queue grows, and later requests shed.
+	if code, out := ts.post("clicks", body.String()); code != 202 || out["shed"] != nil {
+		t.Fatalf("first post: %d %v", code, out)
+	}
+	ts.waitProcessed("top")
+	j, _ := ts.engine.Job("top")
+	j.Pause()
+	var shed float64
+	for range 10 {
+		code, out := ts.post("clicks", body.String())
+		if code != 202 || out["accepted"] != 2000.0 {
+			t.Fatalf("post: %d %v", code, out)
+		}
+		if m, ok := out["shed"].(map[string]any); ok {
+			shed += m["top"].(float64)
+		}
+	}
+	j.Resume()
+	if shed == 0 {
+		t.Fatal("no response reported shed events")
+	}
+	ts.waitProcessed("top")
+	if want := fmt.Sprintf(`mlstream_events_shed_total{job="top"} %v`, shed); !strings.Contains(ts.metrics(), want) {
+		t.Fatalf("metrics lack %q", want)
+	}
+	if st := ts.job("top"); st.Shed == nil || float64(st.Shed.Shed) != shed || st.TopK.Shed != uint64(shed) {
+		t.Fatalf("status shed %+v, topk shed %d", st.Shed, st.TopK.Shed)
+	}
+}

@@ -49,7 +49,7 @@ func main() {
 	jsonOut := flag.String("json", "", "also write the results to this JSON file")
 	reps := flag.Int("reps", 5, "repetitions per measurement; the median is reported")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	sections := flag.String("sections", "core,synopses,join,ft,crash", "which tables: core (learning, ingest), synopses (heavy hitters, distinct), join (throughput, memory, estimates, kill -9), ft (fault-tolerance modes and the Θ×L sweep), crash (kill -9 of the real binary)")
+	sections := flag.String("sections", "core,synopses,join,drizzle,ft,crash", "which tables: core (learning, ingest), synopses (heavy hitters, distinct), join (throughput, memory, estimates, kill -9), drizzle (latency against throughput by group size), ft (fault-tolerance modes and the Θ×L sweep), crash (kill -9 of the real binary)")
 	flag.Parse()
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
@@ -81,6 +81,9 @@ func main() {
 	}
 	if want["join"] {
 		joinTables(*quick, *reps)
+	}
+	if want["drizzle"] {
+		drizzleTable(*quick)
 	}
 	if want["ft"] {
 		table5(body, events, *reps)
