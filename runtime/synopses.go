@@ -142,7 +142,9 @@ type synPart struct {
 // tolerance when a backup may be due.
 func (s *synPart) observe(r *Record, logged bool) {
 	s.lastSeq = r.Seq
-	if n := int64(len(r.Values)); n > s.maxVals.Load() {
+	// α: the most one event moves a summary; a heavy-hitter event kept by
+	// load shedding counts with its weight (Value).
+	if n := int64(len(r.Values)) * int64(max(r.Value, 1)); n > s.maxVals.Load() {
 		s.maxVals.Store(n)
 	}
 	s.pending++
