@@ -225,6 +225,9 @@ const pageState = `() => {
     backupPoints: points("clicks", "backups"), ftBackups: f("clicks", "ft_backups"),
     predictions: rows("clicks", '[data-ticker="prediction"]'),
     topk: rows("top-features", "table.topk"), distinct: f("users", "distinct"), distinctPoints: points("users", "distinct"),
+    group: Object.fromEntries([...document.querySelectorAll("section.job")].map(e => [e.dataset.job,
+      [e.querySelector('[data-f="group_size"]'), e.querySelector('[data-f="group_mode"]')].map(x => x ? x.textContent.trim() : "").join(" ")])),
+    groupPoints: points("clicks", "group"), consistency: f("clicks", "consistency"),
     recoveries: job("clicks") ? [...job("clicks").querySelectorAll("ol.recoveries li[data-at]")].map(li => ({...li.dataset})) : [],
     banner: banner.hidden ? "" : banner.textContent.trim(),
     overflow: document.documentElement.scrollWidth - window.innerWidth,
@@ -269,6 +272,18 @@ func (b *browser) stateJSON() string {
 	return string(s)
 }
 
+// eval runs a JavaScript expression and returns its value, an object.
+func (b *browser) eval(what, expr string) map[string]any {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]any](expr))
+	if err != nil {
+		b.fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
 func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
@@ -294,7 +309,10 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The job list equals GET /v1/jobs, names, kinds and order.
 	var list struct {
-		Jobs []struct{ Name, Kind string }
+		Jobs []struct {
+			Name, Kind  string
+			Consistency *struct{ Model string }
+		}
 	}
 	getJSON(t, url+"/v1/jobs", &list)
 	var want []string
@@ -312,12 +330,28 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	b.waitFor("each job shows its panels", `Object.entries(s0).every(([job, p]) => ["ft", p].every(x => (s.blocks[job] || "").split(",").includes(x)))`, panels, 10*time.Second)
 
-	// Counters and charts change; every panel fills.
+	// Counters and charts change; every panel fills: every job shows its
+	// group size and mode, the logreg job its consistency model as the API
+	// reports it.
+	var names []string
+	consistency := ""
+	for _, j := range list.Jobs {
+		names = append(names, j.Name)
+		if j.Name == demoJob && j.Consistency != nil {
+			consistency = j.Consistency.Model
+		}
+	}
+	if consistency == "" {
+		t.Fatalf("GET /v1/jobs: no consistency for the logreg job %s", demoJob)
+	}
 	s0 := b.state()
+	s0["jobNames"], s0["wantConsistency"] = names, consistency
 	b.waitFor("counters and charts change", `s.processed !== s0.processed && s.version !== s0.version && s.version !== "–"
 		&& s.acc >= s0.acc + 3 && s.loss >= s0.loss + 3 && s.ratePoints >= s0.ratePoints + 3 && s.backupPoints >= s0.backupPoints + 3
 		&& s.distinctPoints >= s0.distinctPoints + 3 && s.topk > 0 && s.distinct !== "–" && s.predictions > 0
-		&& s.ftBackups !== "–" && Object.values(s.health).every(h => h === "ok" || h === "warn")`, s0, 15*time.Second)
+		&& s.ftBackups !== "–" && Object.values(s.health).every(h => h === "ok" || h === "warn")
+		&& s0.jobNames.every(j => /^[0-9.,]+ \((auto|fixed)\)$/.test(s.group[j] || "") && num(s.group[j].split(" ")[0]) >= 1)
+		&& s.groupPoints >= s0.groupPoints + 3 && s.consistency === s0.wantConsistency`, s0, 15*time.Second)
 
 	// A phone and a laptop: nothing wider than the screen; at 1280 px the
 	// model's two charts sit side by side.
@@ -390,6 +424,61 @@ func TestDashboardInBrowser(t *testing.T) {
 			&& j.querySelectorAll("table.estimates tbody tr").length === 3 && j.querySelectorAll('[data-ticker="match"] tbody tr').length === 1
 			&& sp.querySelector('[data-f="matches"]').textContent === "–"; })()`, nil, 5*time.Second)
 	b.do("removing the join probes", chromedp.Evaluate[chromedp.Void](`removeJob("join-probe"), removeJob("join-sparse")`))
+
+	// Coordination, shedding and held-back senders, from statuses shaped as
+	// the service reports them (the demo sheds nothing, holds no one back
+	// and runs async), whole and with fields missing. Fed, read and removed
+	// in one evaluation: no poll of /v1/jobs removes them halfway, no
+	// ticker samples them.
+	probe := b.eval("feeding the page coordination stats", `(() => {
+		const group = {mode: "auto", size: 8, overhead: 0.25, low: 0.05, high: 0.1, groups: 40, total_overhead: 0.02};
+		const part = i => ({partition: i, queue_depth: 10, processed: 100, drain_rate: 1500.5, held_back: i, group: {...group, size: 4 * (i + 1)}});
+		const probes = [
+			{name: "lr-probe", kind: "logreg", rates: {}, latency: {}, model: {version: 3}, metrics: {},
+				group, partitions: [part(0), part(1)], held_back: 1, held_back_total: 12, held_back_ms: 2500,
+				shed: {max_delay: "50ms", drops: "training events (labelled); predictions are always kept", shed: 412, fraction: 0.412},
+				consistency: {model: "ssp", staleness: 3, min_round: 12, max_round: 14, waits: 5, waited_ms: 40}, ft: {}},
+			{name: "hh-probe", kind: "heavy_hitters", group: {mode: "fixed", size: 16, overhead: 0.07, low: 0.05, high: 0.1},
+				shed: {max_delay: "50ms", drops: "events", shed: 7, fraction: 0.5, extra_weight: 9},
+				topk: {items: [{key: "a", estimate: 10, lower: 5, upper: 19}], total: 10, shed: 7, extra_weight: 9}},
+			{name: "lr-sparse", kind: "logreg", model: {}, group: {}, partitions: [{}], shed: {}, consistency: {}, ft: {}},
+			{name: "bare"},
+		];
+		for (const st of probes) onMessage({type: "stats", job: st.name, ts: Date.now(), dropped: 0, stats: st});
+		const sec = n => document.querySelector('section.job[data-job="' + n + '"]');
+		const f = (n, k) => sec(n).querySelector('[data-f="' + k + '"]').textContent.trim();
+		const out = {
+			size: f("lr-probe", "group_size") + " " + f("lr-probe", "group_mode"), overhead: f("lr-probe", "group_overhead"),
+			overheadState: sec("lr-probe").querySelector('[data-f="group_overhead"]').dataset.state, total: f("lr-probe", "group_total"),
+			bounds: f("lr-probe", "group_bounds"), parts: sec("lr-probe").querySelectorAll("table.groups tbody tr").length,
+			shed: f("lr-probe", "shed") + " " + f("lr-probe", "shed_frac"), shedNote: f("lr-probe", "shed_note"),
+			heldBack: f("lr-probe", "held_back") + "; " + f("lr-probe", "held_back_total"),
+			consistency: f("lr-probe", "consistency"), consistencyNote: f("lr-probe", "consistency_note"),
+			hhSize: f("hh-probe", "group_size") + " " + f("hh-probe", "group_mode"), hhState: sec("hh-probe").querySelector('[data-f="group_overhead"]').dataset.state,
+			hhShed: f("hh-probe", "shed_note"), topkNote: f("hh-probe", "topk_note"),
+			sparse: ["group_size", "shed", "consistency", "held_back"].map(k => f("lr-sparse", k)).join(" "),
+			bare: ["group_size", "shed", "held_back"].map(k => f("bare", k)).join(" "),
+		};
+		for (const st of probes) removeJob(st.name);
+		return out;
+	})()`)
+	for k, want := range map[string]string{
+		"size": "8 (auto)", "overhead": "25%", "overheadState": "high", "total": "2.0%", "bounds": "[5.0%, 10%]", "parts": "2",
+		"shed": "412 41%", "heldBack": "1; 12 times, 2.5 s in all", "consistency": "ssp ≤ 3",
+		"hhSize": "16 (fixed)", "hhState": "in", "sparse": "– 0 – –", "bare": "– 0 –",
+	} {
+		if got := fmt.Sprint(probe[k]); got != want {
+			b.fatalf("coordination probe: %s = %q, want %q (all: %v)", k, got, want, probe)
+		}
+	}
+	for k, want := range map[string]string{
+		"shedNote": "predictions are always kept", "consistencyNote": "rounds 12 (slowest) to 14 (fastest); waited 5 times, 40 ms",
+		"hhShed": "9 extra weight", "topkNote": "the bounds are widened",
+	} {
+		if got := fmt.Sprint(probe[k]); !strings.Contains(got, want) {
+			b.fatalf("coordination probe: %s = %q, want it to say %q", k, got, want)
+		}
+	}
 
 	if dir := os.Getenv("MLSTREAM_DASHBOARD_SHOTS"); dir != "" {
 		b.screenshots(dir)

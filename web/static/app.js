@@ -1,7 +1,7 @@
 // mlstream dashboard. Lives on the WebSocket feed /v1/ws (stats every
 // second, backups, recoveries, top-k and distinct changes); polls GET
-// /v1/jobs (jobs declared or removed) and /metrics (rejected and shed
-// counts, which the feed does not carry) every few seconds; samples
+// /v1/jobs (jobs declared or removed) and /metrics (rejected counts, and
+// shed counts from a service whose status lacks them) every few seconds; samples
 // predictions and join matches with short-lived subscriptions instead of
 // taking every one. Reconnects by itself and says so.
 "use strict";
@@ -40,6 +40,10 @@ function bytes(x) {
   while (Math.abs(x) >= 1024 && i < units.length - 1) { x /= 1024; i++; }
   return (i ? x.toFixed(1) : String(Math.round(x))) + " " + units[i];
 }
+// pct formats a share (0.0123 -> "1.2%").
+const pct = x => !isNum(x) ? "–" : (100 * x).toFixed(Math.abs(x) < 0.1 ? 1 : 0) + "%";
+// ms formats a duration in milliseconds, as ms or s.
+const dur = x => !isNum(x) ? "–" : x < 1000 ? x.toFixed(0) + " ms" : (x / 1000).toFixed(1) + " s";
 // sig formats a value whose scale is unknown (divergences, join sums).
 const sig = x => !isNum(x) ? "–" : Math.abs(x) >= 1000 ? int(x) : Number(x.toPrecision(3)).toString();
 
@@ -183,6 +187,9 @@ class JobView {
       join: () => new Chart(box, [{ label: "matches/s" }, { label: "state", scale: "b", fmt: bytes }], { y: sig, b: bytes }),
       backups: () => new Chart(box, [{ label: "backups" }, { label: "bytes", scale: "b" }], { y: int, b: bytes }),
       div: () => new Chart(box, [{ label: "divergence" }, { label: "θ", dash: [5, 4], color: "#b91c1c" }], { y: sig }),
+      group: () => new Chart(box, [{ label: "group size" }, { label: "overhead, last", scale: "o", color: "#d97706" },
+        { label: "total", scale: "o", color: "#d97706", dash: [5, 4] }, { label: "low", scale: "o", color: "#9ca3af", dash: [2, 3] },
+        { label: "high", scale: "o", color: "#b91c1c", dash: [2, 3] }], { y: sig, o: pct }),
     }[name]();
     this.charts[name] = c;
     return c;
@@ -226,6 +233,7 @@ class JobView {
     set(e, "stream", streams.join(", ") || "–");
     this.counts(s);
     if (chart) this.chart("rate").push(ts, rates.processed_per_s, s.queue_depth);
+    this.coordination(s, ts, chart);
     if (s.model || s.metrics) this.logreg(s, ts, chart);
     if (s.topk) this.topk(s.topk);
     if (s.distinct) this.distinct(s.distinct, ts, chart);
@@ -240,14 +248,71 @@ class JobView {
   }
 
   // counts shows rejected and shed: from the status when it has them,
-  // else from /metrics (rejections are counted per stream).
+  // else from /metrics (rejections are counted per stream). A job with
+  // load shedding has shed in its status: the count, its share of the
+  // events offered and what the kind drops.
   counts(s) {
     const s2 = s || this.status || {};
     const rej = isNum(s2.rejected) ? s2.rejected
       : this.streams(s2).reduce((n, st) => n + (metricsCounts.rejected.get(st) || 0), 0);
-    const shed = isNum(s2.shed) ? s2.shed : metricsCounts.shed.get(this.name);
+    const sh = s2.shed && typeof s2.shed === "object" ? s2.shed : null;
+    const shed = sh && isNum(sh.shed) ? sh.shed : isNum(s2.shed) ? s2.shed : metricsCounts.shed.get(this.name);
     set(this.el, "rejected", isNum(rej) ? int(rej) : "0");
     set(this.el, "shed", isNum(shed) ? int(shed) : "0");
+    set(this.el, "shed_frac", sh && isNum(sh.fraction) ? pct(sh.fraction) : "");
+    let note = "shed";
+    if (sh) {
+      note = "shed of the events offered" + (sh.max_delay ? `, to keep queueing under ${sh.max_delay}` : "") + (sh.drops ? `; drops ${sh.drops}` : "");
+      if (isNum(sh.extra_weight) && sh.extra_weight > 0) note += `; ${int(sh.extra_weight)} extra weight on the events kept`;
+    } else if (s2.group && !(shed > 0)) {
+      note = "shed (load shedding off)"; // a service that reports shedding when on
+    }
+    set(this.el, "shed_note", note);
+    const card = $(this.el, '[data-card="shed"]');
+    card.classList.toggle("wide", !!sh);
+    card.dataset.on = String(!!sh);
+  }
+
+  // coordination shows the group scheduling (size, mode, the overhead
+  // against its bounds, per partition with drain rates) and the senders
+  // held back; each part only when the status has it.
+  coordination(s, ts, chart) {
+    const e = this.el, g = s.group && typeof s.group === "object" ? s.group : null;
+    if (g) {
+      set(e, "group_size", sig(g.size));
+      set(e, "group_mode", g.mode ? "(" + g.mode + ")" : "");
+      set(e, "group_overhead", pct(g.overhead));
+      set(e, "group_total", pct(g.total_overhead));
+      set(e, "group_bounds", isNum(g.low) && isNum(g.high) ? `[${pct(g.low)}, ${pct(g.high)}]` : "–");
+      set(e, "group_groups", isNum(g.groups) ? `(${int(g.groups)} groups measured)` : "");
+      const state = x => !isNum(x) || !isNum(g.low) || !isNum(g.high) ? "" : x > g.high ? "high" : x < g.low ? "low" : "in";
+      const why = { high: "above the bounds: an auto group grows", low: "below the bounds: an auto group shrinks (down to 1)", in: "within the bounds", "": "" };
+      for (const [f, x] of [["group_overhead", g.overhead], ["group_total", g.total_overhead]]) {
+        const t = $(e, `[data-f="${f}"]`);
+        t.dataset.state = state(x);
+        t.title = why[state(x)];
+      }
+      gauge($(e, '[data-gauge="overhead"]'), g, state(g.overhead));
+      const fig = $(e, '[data-fig="group"]');
+      if (fig.hidden) {
+        fig.hidden = false;
+        this.chart("group").draw();
+      }
+      if (chart) this.chart("group").push(ts, g.size, g.overhead, g.total_overhead, g.low, g.high);
+    }
+    const parts = Array.isArray(s.partitions) ? s.partitions : [];
+    $(e, "details.coord").hidden = !parts.length;
+    fill($(e, "table.groups tbody"), parts.map(p => {
+      const pg = p.group || {};
+      const over = el("span", "", pct(pg.overhead));
+      if (isNum(pg.overhead) && isNum(pg.low) && isNum(pg.high)) over.dataset.state = pg.overhead > pg.high ? "high" : pg.overhead < pg.low ? "low" : "in";
+      return row([String(p.partition ?? "–"), sig(pg.size) + (pg.mode === "fixed" ? " (fixed)" : ""), over, pct(pg.total_overhead),
+        int(pg.groups), sig(p.drain_rate), int(p.queue_depth), int(p.held_back)], ["", "num", "num", "num", "num", "num", "num", "num"]);
+    }));
+    set(e, "held_back", isNum(s.held_back) ? int(s.held_back) : "–");
+    set(e, "held_back_total", isNum(s.held_back_total) ? `${int(s.held_back_total)} times, ${dur(s.held_back_ms)} in all` : "–");
+    const hb = $(e, '[data-f="held_back"]');
+    hb.dataset.state = s.held_back > 0 ? "high" : "";
   }
 
   logreg(s, ts, chart) {
@@ -261,6 +326,22 @@ class JobView {
     set(e, "loss_all", fmt(all.log_loss));
     set(e, "auc_recent", fmt(rec.auc));
     set(e, "labelled", int(all.count));
+    const c = s.consistency && typeof s.consistency === "object" ? s.consistency : null;
+    $(e, '[data-card="consistency"]').hidden = !c;
+    if (c) {
+      set(e, "consistency", (c.model || "–") + (c.model === "ssp" && isNum(c.staleness) ? " ≤ " + c.staleness : ""));
+      const note = {
+        async: "consistency: async, never waits",
+        bsp: "consistency: bsp, every round waits for all busy partitions",
+        ssp: `consistency: ssp, at most ${isNum(c.staleness) ? c.staleness : "?"} rounds ahead of the slowest`,
+      }[c.model] || "consistency of model averaging";
+      const spread = !isNum(c.min_round) || !isNum(c.max_round) ? ""
+        : c.min_round === c.max_round ? `; round ${int(c.max_round)} on every partition`
+        : `; rounds ${int(c.min_round)} (slowest) to ${int(c.max_round)} (fastest)`;
+      const waits = isNum(c.waits) && (c.model !== "async" || c.waits > 0)
+        ? `; waited ${int(c.waits)} times${isNum(c.waited_ms) ? ", " + dur(c.waited_ms) : ""}` : "";
+      set(e, "consistency_note", note + spread + waits);
+    }
     if (chart && s.metrics) {
       this.chart("acc").push(ts, rec.accuracy, all.accuracy);
       this.chart("loss").push(ts, rec.log_loss, all.log_loss);
@@ -285,7 +366,11 @@ class JobView {
     const items = t.items || [];
     set(e, "k", String(items.length));
     set(e, "topk_window", t.start ? `window ${clockMs(t.start)} – ${clockMs(t.end)} (event time)` : (t.window === "current" ? "whole stream" : t.window || ""));
-    set(e, "topk_note", `${int(t.total)} values counted; any item not listed occurs at most ${int(t.max_untracked)} times; late ${int(t.late)}, dropped ${int(t.dropped)}.`);
+    let note = `${int(t.total)} values counted; any item not listed occurs at most ${int(t.max_untracked)} times; late ${int(t.late)}, dropped ${int(t.dropped)}.`;
+    if (t.shed > 0 || t.extra_weight > 0) {
+      note += ` Load shedding dropped ${int(t.shed || 0)} events and counted those kept with ${int(t.extra_weight || 0)} extra weight: the bounds are widened by both.`;
+    }
+    set(e, "topk_note", note);
     const top = Math.max(1, ...items.map(it => it.upper || 0));
     fill($(e, "table.topk tbody"), items.map(it => {
       const r = el("span", "range");
@@ -413,6 +498,24 @@ class JobView {
       root.dataset.health = h.level;
     }
   }
+}
+
+// gauge places the overhead of the last group (the thick mark) and the
+// total (the thin one) on a scale with the band [low, high].
+function gauge(box, g, state) {
+  if (!box) return;
+  const vals = [g.overhead, g.total_overhead, g.high].filter(isNum);
+  const top = Math.min(1, Math.max(0.01, 1.25 * Math.max(2 * (g.high || 0), ...vals)));
+  const at = x => (100 * Math.max(0, Math.min(1, x / top))).toFixed(1) + "%";
+  const band = $(box, ".band"), last = $(box, "i.last"), total = $(box, "i.total");
+  band.style.left = isNum(g.low) ? at(g.low) : "0";
+  band.style.width = isNum(g.low) && isNum(g.high) ? (100 * Math.max(0, Math.min(1, g.high / top) - Math.min(1, g.low / top))).toFixed(1) + "%" : "0";
+  last.hidden = !isNum(g.overhead);
+  total.hidden = !isNum(g.total_overhead);
+  if (isNum(g.overhead)) last.style.left = at(g.overhead);
+  if (isNum(g.total_overhead)) total.style.left = at(g.total_overhead);
+  last.dataset.state = state;
+  box.title = `coordination overhead: last group ${pct(g.overhead)}, total ${pct(g.total_overhead)}, bounds [${pct(g.low)}, ${pct(g.high)}]; scale 0–${pct(top)}`;
 }
 
 // joinNote says how far a join's estimates can be trusted.
