@@ -29,13 +29,13 @@ func drizzleTable(quick bool) {
 	}
 	fmt.Printf("\n## Drizzle: latency against throughput by coordination group size\n\n")
 	fmt.Printf("A logreg job (2 partitions, hash_bits 18, no fault tolerance) behind the real HTTP server on loopback; one client posts NDJSON every 10 ms at the offered rate for %v, and a WebSocket client reads the prediction of every event (each event is predicted, then learned). Latency is from the POST to the prediction's arrival, per event; group sizes are in batches (one batch per request and partition), merged into the global model after each group; auto adapts the size to keep coordination within 5-10%% of the time. Sender, server and reader share the machine's 2 cores.\n\n", dur)
-	fmt.Println("| group size | offered events/s | delivered events/s | p50 latency | p99 latency | group size reached | coordination share | WebSocket drops |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Println("| group size | offered events/s | delivered events/s | p50 latency | p99 latency | group size reached | merges/s | coordination share | WebSocket drops |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, every := range []any{1, 10, 100, "auto"} {
 		for _, rate := range rates {
 			r := latencyRun(every, rate, dur)
-			fmt.Printf("| %v | %s | %s | %.1f ms | %.1f ms | %.1f | %.1f%% | %d |\n", every, humanize(float64(rate)), humanize(r.delivered),
-				r.p50, r.p99, r.group.Size, 100*r.group.TotalOverhead, r.dropped)
+			fmt.Printf("| %v | %s | %s | %.1f ms | %.1f ms | %.1f | %s | %.1f%% | %d |\n", every, humanize(float64(rate)), humanize(r.delivered),
+				r.p50, r.p99, r.group.Size, humanize(r.merges), 100*r.group.TotalOverhead, r.dropped)
 		}
 	}
 }
@@ -43,6 +43,7 @@ func drizzleTable(quick bool) {
 type latencyResult struct {
 	p50, p99  float64 // ms
 	delivered float64
+	merges    float64 // model versions per second
 	dropped   int
 	group     runtime.GroupStatus
 }
@@ -160,6 +161,9 @@ func latencyRun(every any, rate int, dur time.Duration) latencyResult {
 	out := latencyResult{delivered: float64(len(lats)) / elapsed.Seconds(), dropped: sent - len(lats)}
 	if st.Group != nil {
 		out.group = *st.Group
+	}
+	if st.Model != nil {
+		out.merges = float64(st.Model.Version) / elapsed.Seconds()
 	}
 	if len(lats) > 0 {
 		out.p50, out.p99 = quantile(lats, 0.5), quantile(lats, 0.99)
