@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -125,9 +126,17 @@ func mid(xs []float64) float64 {
 	return xs[len(xs)/2]
 }
 
+// humanize prints a number with thousands separators, or, below 100 and
+// not whole, with three significant digits.
 func humanize(v float64) string {
-	s := fmt.Sprintf("%.0f", v)
+	if math.Abs(v) < 100 && v != math.Trunc(v) {
+		return fmt.Sprintf("%.3g", v)
+	}
+	s := fmt.Sprintf("%.0f", math.Abs(v))
 	var b strings.Builder
+	if v < 0 && s != "0" {
+		b.WriteByte('-')
+	}
 	for i, c := range s {
 		if i > 0 && (len(s)-i)%3 == 0 {
 			b.WriteByte(',')
