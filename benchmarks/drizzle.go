@@ -27,17 +27,21 @@ func drizzleTable(quick bool) {
 	if quick {
 		dur, rates = time.Second, []int{20_000, 80_000}
 	}
-	fmt.Printf("\n## Drizzle: latency against throughput by coordination group size\n\n")
-	fmt.Printf("A logreg job (2 partitions, hash_bits 18, no fault tolerance) behind the real HTTP server on loopback; one client posts NDJSON every 10 ms at the offered rate for %v, and a WebSocket client reads the prediction of every event (each event is predicted, then learned). Latency is from the POST to the prediction's arrival, per event; group sizes are in batches (one batch per request and partition), merged into the global model after each group; auto adapts the size to keep coordination within 5-10%% of the time. Sender, server and reader share the machine's 2 cores.\n\n", dur)
-	fmt.Println("| group size | offered events/s | delivered events/s | p50 latency | p99 latency | group size reached | merges/s | coordination share | WebSocket drops |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	t := newTable("drizzle", "Drizzle: latency against throughput by coordination group size", fmt.Sprintf("A logreg job (2 partitions, hash_bits 18, no fault tolerance) behind the real HTTP server on loopback; one client posts NDJSON every 10 ms at the offered rate for %v, and a WebSocket client reads the prediction of every event (each event is predicted, then learned). Latency is from the POST to the prediction's arrival, per event; group sizes are in batches (one batch per request and partition), merged into the global model after each group; auto adapts the size to keep coordination within 5-10%% of the time. Sender, server and reader share the machine's 2 cores.", dur),
+		"group size", "offered events/s", "delivered events/s", "p50 latency", "p99 latency", "group size reached", "merges/s", "coordination share", "WebSocket drops")
+	var p99s []series
 	for _, every := range []any{1, 10, 100, "auto"} {
+		curve := series{Name: fmt.Sprintf("group %v", every)}
 		for _, rate := range rates {
 			r := latencyRun(every, rate, dur)
-			fmt.Printf("| %v | %s | %s | %.1f ms | %.1f ms | %.1f | %s | %.1f%% | %d |\n", every, humanize(float64(rate)), humanize(r.delivered),
-				r.p50, r.p99, r.group.Size, humanize(r.merges), 100*r.group.TotalOverhead, r.dropped)
+			t.Row(fmt.Sprint(every), rate, r.delivered, num(r.p50, "%.1f ms"), num(r.p99, "%.1f ms"), num(r.group.Size, "%.1f"),
+				r.merges, num(100*r.group.TotalOverhead, "%.1f%%"), r.dropped)
+			curve.X, curve.Y = append(curve.X, r.delivered), append(curve.Y, r.p99)
 		}
+		p99s = append(p99s, curve)
 	}
+	t.Print()
+	figure("drizzle-latency", "p99 latency (POST to prediction) against delivered throughput", "delivered events/s", "p99 latency (ms)", p99s...)
 }
 
 type latencyResult struct {

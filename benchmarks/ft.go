@@ -19,61 +19,82 @@ import (
 )
 
 // The fault-tolerance benchmarks: AF-Stream's Table 5 (throughput of the
-// modes), its Figure 8 (accuracy after kill -9 crashes) and Figure 5 (a
-// sweep of Θ and L), on our logistic regression.
+// modes) for logreg, heavy hitters and the join, and its Figure 5 (a sweep
+// of Θ and L) on logreg. Figures 6-8 (accuracy after kill -9 crashes) are
+// in crash.go.
 
 func ftSpec(mode string, theta float64, l int) runtime.Spec {
 	return runtime.Spec{Name: "bench", Kind: "logreg", Input: "s", Params: map[string]any{"hash_bits": 18},
 		FT: runtime.FTSpec{Mode: mode, MaxDivergence: theta, MaxPending: l, MaxUnacked: 10_000}}
 }
 
-// table5 measures ingest with each mode, alternating modes within a
-// repetition so that the ratios compare runs made close together.
+// workload is one kind's input for Table 5.
+type workload struct {
+	kind   string
+	reqs   []request
+	events int
+	spec   func(mode string) runtime.Spec
+}
+
+// ftWorkloads are the three kinds of Table 5 on their own streams, each
+// with the default bounds: logreg on the generated labelled stream, heavy
+// hitters on Zipf items, the join on two joinable streams.
+func ftWorkloads(body []byte, events int) []workload {
+	_, _, hhBody := zipfStream(events)
+	joinReqs := joinRequests(gen.JoinEvents(13, events, 100, joinStart))
+	return []workload{
+		{"logreg", chunk("s", body), events, func(mode string) runtime.Spec { return ftSpec(mode, 10, 10_000) }},
+		{"heavy_hitters", chunk("s", hhBody), events, func(mode string) runtime.Spec {
+			return runtime.Spec{Name: "bench", Kind: "heavy_hitters", Input: "s", Params: map[string]any{"field": "item", "counters": 2000},
+				FT: runtime.FTSpec{Mode: mode}}
+		}},
+		{"join", joinReqs, events, func(mode string) runtime.Spec { return joinBenchSpec(1, mode) }},
+	}
+}
+
+// table5 measures HTTP ingest of each kind in each mode, alternating the
+// modes within a repetition so that the ratios compare runs made close
+// together.
 func table5(body []byte, events, reps int) {
-	modes := []string{"none", "approx", "exact"}
-	rates := map[string][]float64{}
-	ratios := map[string][]float64{}
-	cpus := map[string][]float64{}
-	cpuRatios := map[string][]float64{}
-	last := map[string]runtime.JobStatus{}
-	for range reps {
-		var none, noneCPU float64
-		for _, m := range modes {
-			dir, _ := os.MkdirTemp("", "mlstream-bench")
-			r, st := ingest(body, events, ftSpec(m, 10, 10000), dir)
-			os.RemoveAll(dir)
-			rates[m] = append(rates[m], r)
-			cpus[m] = append(cpus[m], lastCPUPerEvent)
-			if m == "none" {
-				none, noneCPU = r, lastCPUPerEvent
-			}
-			ratios[m] = append(ratios[m], r/none)
-			cpuRatios[m] = append(cpuRatios[m], noneCPU/lastCPUPerEvent)
-			last[m] = st
-		}
-	}
-	fmt.Printf("\n## Fault tolerance: AF-Stream Table 5 on logreg\n\n")
-	fmt.Printf("HTTP NDJSON ingest of %d generated events into a 2-partition logreg job, the default bounds Θ = 10, L = Γ = 10,000; median of %d runs, ratios within each run.\n\n", events, reps)
-	fmt.Println("The machine is shared, so beside wall-clock events/s the table gives the CPU time per event (process-wide, client included) and the throughput it implies relative to none (CPU of none / CPU of the mode): on a CPU-bound run that is the throughput ratio, without the noise of other load.")
-	fmt.Println()
-	fmt.Println("| mode | events/s | vs none (wall) | CPU µs/event | vs none (CPU) | state backups (full + delta) | backup bytes | events in item log | target |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	t := newTable("ft", "Fault tolerance: AF-Stream Table 5",
+		fmt.Sprintf("HTTP NDJSON ingest of %s events per kind into a 2-partition job on loopback (client in process), default bounds (Θ = 10 for logreg, 1,000 for heavy hitters, 100,000 tuples for the join; L = Γ = 10,000); median of %d runs, ratios within each run. Beside wall-clock events/s, the CPU time per event (process-wide, client included) and the throughput it implies relative to none: steadier than wall time on a shared machine. The paper: approximate FT keeps > 95%% of none, error-free modes < 25%%.", humanize(float64(events)), reps),
+		"kind", "mode", "events/s", "vs none (wall)", "CPU µs/event", "vs none (CPU)", "state backups (full + delta)", "backup bytes", "events in item log", "target")
 	targets := map[string]string{"none": "", "approx": ">= 97% of none", "exact": ">= 50% of none"}
-	for _, m := range modes {
-		st := last[m]
-		backups, bytes, logged := "-", "-", "-"
-		if st.FT != nil {
-			backups = fmt.Sprintf("%d + %d", st.FT.Backups.Full, st.FT.Backups.Delta)
-			bytes = humanize(float64(st.FT.Backups.Bytes))
-			var n int64
-			for _, p := range st.FT.Partitions {
-				n += p.Logged
+	for _, w := range ftWorkloads(body, events) {
+		modes := []string{"none", "approx", "exact"}
+		rates, ratios, cpus, cpuRatios := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+		last := map[string]runtime.JobStatus{}
+		for range reps {
+			var none, noneCPU float64
+			for _, m := range modes {
+				dir, _ := os.MkdirTemp("", "mlstream-bench")
+				r, st := ingest(w.reqs, w.events, w.spec(m), dir)
+				os.RemoveAll(dir)
+				if m == "none" {
+					none, noneCPU = r, lastCPUPerEvent
+				}
+				rates[m], cpus[m] = append(rates[m], r), append(cpus[m], lastCPUPerEvent)
+				ratios[m], cpuRatios[m] = append(ratios[m], r/none), append(cpuRatios[m], noneCPU/lastCPUPerEvent)
+				last[m] = st
 			}
-			logged = fmt.Sprintf("%s (%.1f%%)", humanize(float64(n)), 100*float64(n)/float64(events))
 		}
-		fmt.Printf("| %s | %s | %.1f%% | %.2f | %.1f%% | %s | %s | %s | %s |\n", m, humanize(mid(rates[m])), 100*mid(ratios[m]),
-			1e6*mid(cpus[m]), 100*mid(cpuRatios[m]), backups, bytes, logged, targets[m])
+		for _, m := range modes {
+			st := last[m]
+			backups, bytes, logged := "-", "-", "-"
+			if st.FT != nil {
+				backups = fmt.Sprintf("%d + %d", st.FT.Backups.Full, st.FT.Backups.Delta)
+				bytes = humanize(float64(st.FT.Backups.Bytes))
+				var n int64
+				for _, p := range st.FT.Partitions {
+					n += p.Logged
+				}
+				logged = fmt.Sprintf("%s (%.1f%%)", humanize(float64(n)), 100*float64(n)/float64(w.events))
+			}
+			t.Row(w.kind, m, mid(rates[m]), num(100*mid(ratios[m]), "%.1f%%"), num(1e6*mid(cpus[m]), "%.2f"),
+				num(100*mid(cpuRatios[m]), "%.1f%%"), backups, bytes, logged, targets[m])
+		}
 	}
+	t.Print()
 }
 
 // sweep is Figure 5: throughput, share of events backed up and crash
@@ -81,15 +102,20 @@ func table5(body []byte, events, reps int) {
 // the job is idle the engine is abandoned without Close (what kill -9 does
 // to a quiet process) and a new one recovers from the same directory.
 func sweep(body []byte, events int) {
-	fmt.Printf("\n## Fault tolerance: Θ × L sweep (AF-Stream Figure 5)\n\n")
-	fmt.Printf("%d events per cell; throughput relative to mode none in the same cell; recovery after a crash at the end.\n\n", events)
-	fmt.Println("| Θ | L | events/s | vs none | state backups | events in item log | recovery | lost | bound (2L+Γ) |")
-	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	for _, theta := range []float64{0.1, 1, 10} {
-		for _, l := range []int{100, 1000, 10000} {
-			none, _ := ingest(body, events, ftSpec("none", theta, l), "")
+	t := newTable("ft", "Fault tolerance: Θ × L sweep (AF-Stream Figure 5)",
+		fmt.Sprintf("logreg, %s events per cell; throughput relative to mode none in the same cell; recovery after a crash at the end.", humanize(float64(events))),
+		"Θ", "L", "events/s", "vs none", "state backups", "events in item log", "recovery", "lost", "bound (2L+Γ)")
+	reqs := chunk("s", body)
+	thetas, ls := []float64{0.1, 1, 10}, []int{100, 1000, 10000}
+	throughput := make([]series, len(thetas))
+	recovery := make([]series, len(thetas))
+	for i, theta := range thetas {
+		throughput[i].Name = fmt.Sprintf("Θ = %g", theta)
+		recovery[i].Name = throughput[i].Name
+		for _, l := range ls {
+			none, _ := ingest(reqs, events, ftSpec("none", theta, l), "")
 			dir, _ := os.MkdirTemp("", "mlstream-sweep")
-			e, r, st := ingestKeep(body, events, ftSpec("approx", theta, l), dir)
+			e, r, st := ingestKeep(reqs, events, ftSpec("approx", theta, l), dir)
 			_ = e // abandoned: the crash
 			rep, took := recoverFrom(ftSpec("approx", theta, l), dir)
 			os.RemoveAll(dir)
@@ -97,16 +123,21 @@ func sweep(body []byte, events int) {
 			for _, p := range st.FT.Partitions {
 				logged += p.Logged
 			}
-			fmt.Printf("| %g | %d | %s | %.1f%% | %d | %.1f%% | %s | %d | %d |\n", theta, l, humanize(r), 100*r/none,
-				st.FT.Backups.Full+st.FT.Backups.Delta, 100*float64(logged)/float64(events), took.Round(time.Millisecond), rep.Lost, rep.Bound.Events)
+			t.Row(num(theta, "%g"), l, r, num(100*r/none, "%.1f%%"), st.FT.Backups.Full+st.FT.Backups.Delta,
+				num(100*float64(logged)/float64(events), "%.1f%%"), took.Round(time.Millisecond).String(), rep.Lost, rep.Bound.Events)
+			throughput[i].X, throughput[i].Y = append(throughput[i].X, float64(l)), append(throughput[i].Y, 100*r/none)
+			recovery[i].X, recovery[i].Y = append(recovery[i].X, float64(l)), append(recovery[i].Y, float64(took.Milliseconds()))
 		}
 	}
+	t.Print()
+	figure("fig5-throughput", "Θ × L: throughput of approx against none", "L (events)", "% of none", throughput...)
+	figure("fig5-recovery", "Θ × L: recovery time after a crash", "L (events)", "ms", recovery...)
 }
 
 // ingestKeep is ingest that leaves the engine running, for a simulated
 // crash; it waits until the job's backups are written.
-func ingestKeep(body []byte, events int, spec runtime.Spec, dir string) (*runtime.Engine, float64, runtime.JobStatus) {
-	e, rate := ingestEngine(body, events, spec, dir)
+func ingestKeep(reqs []request, events int, spec runtime.Spec, dir string) (*runtime.Engine, float64, runtime.JobStatus) {
+	e, rate := ingestEngine(reqs, events, spec, dir)
 	j, _ := e.Job(spec.Name)
 	return e, rate, j.Status(false)
 }
@@ -126,86 +157,6 @@ func recoverFrom(spec runtime.Spec, dir string) (runtime.RecoveryReport, time.Du
 		return *rep, took
 	}
 	return runtime.RecoveryReport{}, took
-}
-
-// crashes is Figure 8 with the real binary: the stream is cut into k+1
-// parts, and after each of the first k the server is killed with SIGKILL
-// right after its last 202, then restarted on the same data directory.
-// Held-out accuracy at the end is compared with k = 0.
-func crashes(quick bool) {
-	bin, err := buildBinary()
-	if err != nil {
-		fmt.Printf("\n(crash benchmark skipped: %v)\n", err)
-		return
-	}
-	defer os.RemoveAll(filepath.Dir(bin))
-	total := 100_000
-	if quick {
-		total = 30_000
-	}
-	g := gen.New(gen.Config{Seed: 5, Vocabulary: 50_000})
-	train := make([][]byte, total)
-	for i := range train {
-		ev := g.Next()
-		train[i] = ev.AppendJSON(nil)
-	}
-	held := make([]gen.Event, 20000)
-	for i := range held {
-		held[i] = g.Next()
-	}
-	fmt.Printf("\n## Fault tolerance: accuracy after kill -9 crashes (AF-Stream Figure 8)\n\n")
-	fmt.Printf("The real binary, mode approx with the default bounds (Θ = 10, L = Γ = 10,000), hash_bits 20, 2 partitions; %d training events split evenly between crashes, each crash right after the last 202 of its part; accuracy on 20,000 held-out events. Restart: process start to /readyz 200.\n\n", total)
-	fmt.Println("| crashes | held-out accuracy | vs no crash | events lost (reported) | bound | restart to ready (median) | non-zero weights |")
-	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	var base float64
-	for _, k := range []int{0, 1, 2, 5, 10} {
-		dir, _ := os.MkdirTemp("", "mlstream-crash")
-		cfg := filepath.Join(dir, "jobs.json")
-		os.WriteFile(cfg, []byte(`{"jobs":[{"name":"bench","kind":"logreg","input":"s","partitions":2,"params":{"hash_bits":20},"ft":{"mode":"approx"}}]}`), 0o644)
-		var lost, bound int64
-		var restarts []time.Duration
-		var acc float64
-		var nonzero int
-		for part := 0; part <= k; part++ {
-			srv, url, ready, err := startServer(bin, cfg, filepath.Join(dir, "data"))
-			if err != nil {
-				fmt.Println("server:", err)
-				return
-			}
-			if part > 0 {
-				restarts = append(restarts, ready)
-				var st runtime.JobStatus
-				getStatus(url, &st)
-				if st.FT != nil && st.FT.Recovery != nil {
-					lost += st.FT.Recovery.Lost
-					bound = st.FT.Recovery.Bound.Events
-				}
-			}
-			lo, hi := part*total/(k+1), (part+1)*total/(k+1)
-			postLines(url, train[lo:hi])
-			if part < k {
-				srv.Process.Signal(syscall.SIGKILL)
-				srv.Wait()
-				continue
-			}
-			waitProcessed(url, hi)
-			acc = predictAccuracy(url, held)
-			var st runtime.JobStatus
-			getStatus(url, &st)
-			nonzero = st.Model.NonZero
-			srv.Process.Signal(syscall.SIGTERM)
-			srv.Wait()
-		}
-		os.RemoveAll(dir)
-		if k == 0 {
-			base = acc
-		}
-		ready := "-"
-		if len(restarts) > 0 {
-			ready = time.Duration(mid(durations(restarts))).String()
-		}
-		fmt.Printf("| %d | %.4f | %+.2f points | %d | %d | %s | %s |\n", k, acc, 100*(acc-base), lost, bound, ready, humanize(float64(nonzero)))
-	}
 }
 
 func durations(ds []time.Duration) []float64 {
@@ -268,25 +219,14 @@ func startServer(bin, cfg, data string) (*exec.Cmd, string, time.Duration, error
 }
 
 func postLines(url string, lines [][]byte) {
-	var streams []string
-	var bodies [][]byte
+	var reqs []request
 	for i := 0; i < len(lines); i += 1000 {
-		streams = append(streams, "s")
-		bodies = append(bodies, bytes.Join(lines[i:min(i+1000, len(lines))], []byte{'\n'}))
+		reqs = append(reqs, request{"s", bytes.Join(lines[i:min(i+1000, len(lines))], []byte{'\n'})})
 	}
-	postBodies(url, streams, bodies)
+	postRequests(url, reqs)
 }
 
-func getStatus(url string, st *runtime.JobStatus) {
-	resp, err := http.Get(url + "/v1/jobs/bench")
-	if err != nil {
-		panic(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(st); err != nil {
-		panic(err)
-	}
-}
+func getStatus(url string, st *runtime.JobStatus) { getJSON(url+"/v1/jobs/bench", st) }
 
 func waitProcessed(url string, n int) {
 	deadline := time.Now().Add(time.Minute)
@@ -377,7 +317,9 @@ func restartBig(quick bool) {
 		srv.Process.Signal(syscall.SIGKILL)
 		srv.Wait()
 	}
-	fmt.Printf("\n## Fault tolerance: restart to ready with a 2^20-weight model\n\n")
-	fmt.Printf("kill -9, then process start to /readyz 200 (backup chain applied, item logs replayed), median of 3: **%s** with %s non-zero weights of %s (target <= 1 s).\n",
-		time.Duration(mid(readies)).Round(time.Millisecond), humanize(float64(st.Model.NonZero)), humanize(float64(1<<20)))
+	t := newTable("crash", "Fault tolerance: restart to ready with a 2^20-weight model",
+		"kill -9, then process start to /readyz 200 (backup chain applied, item logs replayed), median of 3.",
+		"restart to ready", "non-zero weights", "of", "target")
+	t.Row(time.Duration(mid(readies)).Round(time.Millisecond).String(), st.Model.NonZero, 1<<20, "<= 1 s")
+	t.Print()
 }

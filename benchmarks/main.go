@@ -1,18 +1,21 @@
-// Command benchmarks measures mlstream on this machine and prints markdown
-// tables: in-process learning rate, and HTTP NDJSON ingest into a logreg
-// job beside the rate at which the fastest Go JSON parser we know
-// (valyala/fastjson) merely parses the same bytes. Everything runs in one
-// process, one after the other, so the figures compare as ratios.
+// Command benchmarks measures mlstream on this machine against the
+// papers' experiments (AF-Stream's Table 5 and Figures 5-8, Drizzle's
+// latency against group size) and against peers that run here (scikit-
+// learn, Redis), and prints markdown tables. Everything runs for real on
+// this machine, one measurement after the other, so figures compare as
+// ratios within one run. -json writes every table, with the machine and
+// the date; figures are drawn as PNG files with gonum/plot.
 //
-//	go run ./benchmarks            # about a minute
-//	go run ./benchmarks -quick     # a few seconds, smaller inputs
-//	go run ./benchmarks -json out.json
+//	go run ./benchmarks                      # the full run, about 15 minutes
+//	go run ./benchmarks -quick               # a few minutes, smaller inputs
+//	go run ./benchmarks -sections join,crash -json out.json -plots dir
 package main
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -46,11 +49,12 @@ type result struct {
 }
 
 func main() {
-	quick := flag.Bool("quick", false, "smaller inputs, fewer repetitions")
-	jsonOut := flag.String("json", "", "also write the results to this JSON file")
+	quick := flag.Bool("quick", false, "smaller inputs, fewer repetitions: a few minutes")
+	jsonOut := flag.String("json", "", "also write every table, with the machine and the date, to this JSON file")
+	flag.StringVar(&plotsDir, "plots", "benchmarks/plots", "draw the figures as PNG files into this directory (empty: none)")
 	reps := flag.Int("reps", 5, "repetitions per measurement; the median is reported")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	sections := flag.String("sections", "core,synopses,join,drizzle,ft,crash", "which tables: core (learning, ingest), synopses (heavy hitters, distinct), join (throughput, memory, estimates, kill -9), drizzle (latency against throughput by group size), ft (fault-tolerance modes and the Θ×L sweep), crash (kill -9 of the real binary)")
+	sections := flag.String("sections", "core,synopses,join,peers,drizzle,ft,crash", "which tables: core (learning, ingest against parsing), synopses (heavy hitters, distinct), join (throughput, memory, estimates), peers (scikit-learn, Redis), drizzle (latency against throughput by group size), ft (Table 5 for logreg, heavy hitters, join; the Θ×L sweep), crash (kill -9 of the real binary: Figures 6-8, restart time)")
 	flag.Parse()
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
@@ -61,8 +65,12 @@ func main() {
 		n, *reps = 200_000, 3
 	}
 	host, _ := os.Hostname()
-	fmt.Printf("# mlstream benchmarks\n\n%s, %s, %d CPUs, GOMAXPROCS %d, host %s; median of %d runs each.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), goruntime.Version(), goruntime.NumCPU(), goruntime.GOMAXPROCS(0), host, *reps)
+	machine := map[string]any{"date": time.Now().UTC(), "go": goruntime.Version(), "cpus": goruntime.NumCPU(),
+		"gomaxprocs": goruntime.GOMAXPROCS(0), "host": host, "memory_bytes": totalMemory(), "reps": *reps, "quick": *quick,
+		"command": "go run ./benchmarks " + strings.Join(os.Args[1:], " ")}
+	fmt.Printf("# mlstream benchmarks\n\n%s, %s, %d CPUs, GOMAXPROCS %d, %s of memory, host %s; median of %d runs each. Command: `%s`.\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), goruntime.Version(), goruntime.NumCPU(), goruntime.GOMAXPROCS(0),
+		humanizeBytes(totalMemory()), host, *reps, machine["command"])
 
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -72,16 +80,18 @@ func main() {
 		_ = pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	var results []result
 	body, events := ndjson(n / 2)
 	if want["core"] {
-		results = coreTables(n, *reps, body, events)
+		coreTables(n, *reps, body, events)
 	}
 	if want["synopses"] {
 		synopsesTables(*quick, *reps)
 	}
 	if want["join"] {
 		joinTables(*quick, *reps)
+	}
+	if want["peers"] {
+		peersTables(*quick)
 	}
 	if want["drizzle"] {
 		drizzleTable(*quick)
@@ -100,16 +110,28 @@ func main() {
 		sweep(quarter, k)
 	}
 	if want["crash"] {
-		crashes(*quick)
+		crashFigures(*quick)
 		restartBig(*quick)
 	}
 	if *jsonOut != "" {
-		data, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC(), "cpus": goruntime.NumCPU(), "results": results}, "", "  ")
-		if err := os.WriteFile(*jsonOut, data, 0o644); err != nil {
+		if err := writeJSON(*jsonOut, machine); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 	}
+}
+
+// totalMemory is the machine's memory in bytes (0 when unknown).
+func totalMemory() int64 {
+	var info syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&info); err != nil {
+		return 0
+	}
+	return int64(info.Totalram) * int64(info.Unit)
+}
+
+func humanizeBytes(b int64) string {
+	return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
 }
 
 func median(reps int, f func() float64) float64 {
@@ -212,12 +234,39 @@ func stdParseRate(body []byte, events int) float64 {
 	return float64(events) / time.Since(start).Seconds()
 }
 
+// request is one ingest request of the benchmarks: a stream and its
+// NDJSON body.
+type request struct {
+	stream string
+	body   []byte
+}
+
+// chunk cuts an NDJSON body for stream into requests of 1,000 events.
+func chunk(stream string, body []byte) []request {
+	var out []request
+	for rest := body; len(rest) > 0; {
+		cut, k := 0, 0
+		for k < 1000 && cut < len(rest) {
+			i := bytes.IndexByte(rest[cut:], '\n')
+			if i < 0 {
+				cut = len(rest)
+				break
+			}
+			cut += i + 1
+			k++
+		}
+		out = append(out, request{stream, rest[:cut]})
+		rest = rest[cut:]
+	}
+	return out
+}
+
 // ingestRate posts body in requests of 1,000 events from two client
 // goroutines to a real server on loopback, and times until the job has
-// processed every event. No fault tolerance: see ftIngest.
+// processed every event. No fault tolerance: see table5.
 func ingestRate(body []byte, events int) float64 {
 	spec := runtime.Spec{Name: "bench", Kind: "logreg", Input: "s", Params: map[string]any{"hash_bits": 18}}
-	rate, _ := ingest(body, events, spec, "")
+	rate, _ := ingest(chunk("s", body), events, spec, "")
 	return rate
 }
 
@@ -225,8 +274,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // ingest runs one ingest measurement of spec; with dataDir the engine has
 // a backup store there. It returns the rate and the job's final status.
-func ingest(body []byte, events int, spec runtime.Spec, dataDir string) (float64, runtime.JobStatus) {
-	e, rate := ingestEngine(body, events, spec, dataDir)
+func ingest(reqs []request, events int, spec runtime.Spec, dataDir string) (float64, runtime.JobStatus) {
+	e, rate := ingestEngine(reqs, events, spec, dataDir)
 	defer e.Close(context.Background())
 	j, _ := e.Job(spec.Name)
 	return rate, j.Status(false)
@@ -246,9 +295,10 @@ func newBenchEngine(dataDir string) *runtime.Engine {
 	return runtime.NewEngine(cfg)
 }
 
-// ingestEngine measures ingest of body into a new job of spec, and
-// returns the engine, still running, with the rate.
-func ingestEngine(body []byte, events int, spec runtime.Spec, dataDir string) (*runtime.Engine, float64) {
+// ingestEngine measures ingest of the requests (in order, from two client
+// goroutines) into a new job of spec over HTTP on loopback, and returns the
+// engine, still running, with the rate.
+func ingestEngine(reqs []request, events int, spec runtime.Spec, dataDir string) (*runtime.Engine, float64) {
 	e := newBenchEngine(dataDir)
 	if _, err := e.PutJob(spec); err != nil {
 		panic(err)
@@ -262,37 +312,21 @@ func ingestEngine(body []byte, events int, spec runtime.Spec, dataDir string) (*
 	hs := &http.Server{Handler: srv}
 	go hs.Serve(ln)
 	defer hs.Close()
-	url := "http://" + ln.Addr().String() + "/v1/streams/s/events"
-
-	var chunks [][]byte
-	for rest := body; len(rest) > 0; {
-		cut, k := 0, 0
-		for k < 1000 && cut < len(rest) {
-			i := bytes.IndexByte(rest[cut:], '\n')
-			if i < 0 {
-				cut = len(rest)
-				break
-			}
-			cut += i + 1
-			k++
-		}
-		chunks = append(chunks, rest[:cut])
-		rest = rest[cut:]
-	}
+	base := "http://" + ln.Addr().String() + "/v1/streams/"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	cpu0 := cpuTime()
-	work := make(chan []byte, len(chunks))
-	for _, c := range chunks {
-		work <- c
+	work := make(chan request, len(reqs))
+	for _, r := range reqs {
+		work <- r
 	}
 	close(work)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
-			for c := range work {
+			for r := range work {
 				for {
-					resp, err := client.Post(url, "application/x-ndjson", bytes.NewReader(c))
+					resp, err := client.Post(base+r.stream+"/events", "application/x-ndjson", bytes.NewReader(r.body))
 					if err != nil {
 						panic(err)
 					}
@@ -317,6 +351,43 @@ func ingestEngine(body []byte, events int, spec runtime.Spec, dataDir string) (*
 	return e, float64(events) / time.Since(start).Seconds()
 }
 
+// feedEngine feeds the requests, in order, to a new job of spec through
+// Batch (what the HTTP handler does after reading a body, without HTTP),
+// retrying while queues are full; it returns the engine, still running,
+// the job and the rate until all n events are processed.
+func feedEngine(reqs []request, n int, spec runtime.Spec, dataDir string) (*runtime.Engine, *runtime.Job, float64) {
+	e := newBenchEngine(dataDir)
+	if _, err := e.PutJob(spec); err != nil {
+		panic(err)
+	}
+	job, _ := e.Job(spec.Name)
+	var sc fastjson.Scanner
+	start := time.Now()
+	for _, r := range reqs {
+		for {
+			b, err := e.NewBatch(r.stream)
+			if err != nil {
+				panic(err)
+			}
+			sc.InitBytes(r.body)
+			for line := 1; sc.Next(); line++ {
+				if err := b.Add(sc.Value(), line); err != nil {
+					panic(err)
+				}
+			}
+			if _, err := b.Commit(context.Background()); err == nil {
+				break
+			} else if !errors.Is(err, runtime.ErrBusy) {
+				panic(err)
+			}
+		}
+	}
+	for job.Status(false).Processed < uint64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	return e, job, float64(n) / time.Since(start).Seconds()
+}
+
 // lastCPUPerEvent is the process CPU time (user + system, client included)
 // per event of the last ingestEngine run. On a shared machine it is
 // steadier than wall time: other load changes how long a run takes, not
@@ -332,13 +403,14 @@ func cpuTime() time.Duration {
 }
 
 // coreTables measures learning, parsing and HTTP ingest, and prints them.
-func coreTables(n, reps int, body []byte, events int) []result {
-	var results []result
+func coreTables(n, reps int, body []byte, events int) {
+	t := newTable("core", "Learning and ingest",
+		"In-process learning on one core, and HTTP NDJSON ingest into a 2-partition logreg job on loopback (client in process) beside the rate at which valyala/fastjson merely parses the same bytes. The learner and ingest figures have Go benchmarks too: `go test -run X -bench . -benchmem ./learners/ ./api/`.",
+		"measurement", "value", "unit", "note", "target")
 	learn := median(reps, func() float64 { return learnRate(n, 4096, 4000) })
-	results = append(results, result{Name: "learn (in process, one core, 20 features/event, 4k-word vocabulary, ftrl)", Value: learn, Unit: "events/s", Target: ">= 2,000,000"})
+	t.Row("learn (in process, one core, 20 features/event, 4k-word vocabulary, ftrl)", learn, "events/s", "", ">= 2,000,000")
 	wide := median(reps, func() float64 { return learnRate(n, 100_000, 100_000) })
-	results = append(results, result{Name: "learn, same with a 100k-word vocabulary and 100k distinct events", Value: wide, Unit: "events/s", Note: "cache misses"})
-
+	t.Row("learn, same with a 100k-word vocabulary and 100k distinct events", wide, "events/s", "cache misses", "")
 	std := median(reps, func() float64 { return stdParseRate(body, events) })
 	// Parse and ingest alternate, and each pair gives a ratio: the machine
 	// is shared, so a ratio within one pair is what compares.
@@ -349,15 +421,9 @@ func coreTables(n, reps int, body []byte, events int) []result {
 		parses, ingests, ratios = append(parses, p), append(ingests, i), append(ratios, i/p)
 	}
 	parse, ingest, ratio := mid(parses), mid(ingests), mid(ratios)
-	results = append(results, result{Name: "parse NDJSON with fastjson (one core)", Value: parse, Unit: "events/s", Note: fmt.Sprintf("%.0f MB/s, %d B/event", parse*float64(len(body))/float64(events)/1e6, len(body)/events)})
-	results = append(results, result{Name: "parse NDJSON with encoding/json into a map (one core)", Value: std, Unit: "events/s", Note: "for reference"})
-	results = append(results, result{Name: "HTTP NDJSON ingest -> logreg (2 partitions, loopback, client in process)", Value: ingest, Unit: "events/s",
-		Note: fmt.Sprintf("%.0f%% of the fastjson parse rate (median of per-pair ratios)", 100*ratio), Target: ">= 50% of parse"})
-
-	fmt.Println("| measurement | value | note | target |")
-	fmt.Println("| --- | ---: | --- | --- |")
-	for _, r := range results {
-		fmt.Printf("| %s | %s %s | %s | %s |\n", r.Name, humanize(r.Value), r.Unit, r.Note, r.Target)
-	}
-	return results
+	t.Row("parse NDJSON with fastjson (one core)", parse, "events/s", fmt.Sprintf("%.0f MB/s, %d B/event", parse*float64(len(body))/float64(events)/1e6, len(body)/events), "")
+	t.Row("parse NDJSON with encoding/json into a map (one core)", std, "events/s", "for reference", "")
+	t.Row("HTTP NDJSON ingest -> logreg (2 partitions, loopback, client in process)", ingest, "events/s",
+		fmt.Sprintf("%.0f%% of the fastjson parse rate (median of per-pair ratios)", 100*ratio), ">= 50% of parse")
+	t.Print()
 }

@@ -6,7 +6,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -249,53 +248,6 @@ func progressive(preds []float64, labels []bool) learners.Measures {
 	return p.Summary().All
 }
 
-// feedEngine feeds body (NDJSON) to a new engine's job of spec through
-// Batch, in order, 1,000 events a batch (what the HTTP handler does with a
-// body it has read), and waits until all n events are processed. It
-// returns the engine, still running, its job and the events/s.
-func feedEngine(spec runtime.Spec, body []byte, n int) (*runtime.Engine, *runtime.Job, float64) {
-	e := newBenchEngine("")
-	if _, err := e.PutJob(spec); err != nil {
-		panic(err)
-	}
-	job, _ := e.Job(spec.Name)
-	var sc fastjson.Scanner
-	start := time.Now()
-	for rest := body; len(rest) > 0; {
-		cut := 0
-		for k := 0; k < 1000 && cut < len(rest); k++ {
-			i := bytes.IndexByte(rest[cut:], '\n')
-			if i < 0 {
-				cut = len(rest)
-				break
-			}
-			cut += i + 1
-		}
-		for {
-			b, err := e.NewBatch(spec.Input)
-			if err != nil {
-				panic(err)
-			}
-			sc.InitBytes(rest[:cut])
-			for line := 1; sc.Next(); line++ {
-				if err := b.Add(sc.Value(), line); err != nil {
-					panic(err)
-				}
-			}
-			if _, err := b.Commit(context.Background()); err == nil {
-				break
-			} else if !errors.Is(err, runtime.ErrBusy) {
-				panic(err)
-			}
-		}
-		rest = rest[cut:]
-	}
-	for job.Status(false).Processed < uint64(n) {
-		time.Sleep(time.Millisecond)
-	}
-	return e, job, float64(n) / time.Since(start).Seconds()
-}
-
 // oursEngine is a logreg job of one partition (so the events are learned
 // in file order) fed d's file: events/s, JSON parsing included, and the
 // job's own progressive measures.
@@ -307,7 +259,7 @@ func oursEngine(d *labelled) (float64, learners.Measures) {
 	spec := runtime.Spec{Name: "peers", Kind: "logreg", Input: "s", Partitions: 1}
 	var m learners.Measures
 	rate := median(peersReps, func() float64 {
-		e, job, rate := feedEngine(spec, body, len(d.labels))
+		e, job, rate := feedEngine(chunk(spec.Input, body), len(d.labels), spec, "")
 		defer e.Close(context.Background())
 		m = job.Status(false).Metrics.All
 		return rate
@@ -641,7 +593,7 @@ func redisTables(quick bool) {
 	dspec := runtime.Spec{Name: "peers", Kind: "distinct", Input: "s", Params: map[string]any{"field": "item"}}
 	var dest float64
 	drate := median(peersReps, func() float64 {
-		e, job, rate := feedEngine(dspec, body, n)
+		e, job, rate := feedEngine(chunk(dspec.Input, body), n, dspec, "")
 		defer e.Close(context.Background())
 		dc, err := job.Distinct(runtime.WindowAll)
 		if err != nil {
@@ -720,7 +672,7 @@ func redisTables(quick bool) {
 	hspec := runtime.Spec{Name: "peers", Kind: "heavy_hitters", Input: "s", Params: map[string]any{"field": "item", "counters": 2000}}
 	keys = nil
 	hrate := median(peersReps, func() float64 {
-		e, job, rate := feedEngine(hspec, body, n)
+		e, job, rate := feedEngine(chunk(hspec.Input, body), n, hspec, "")
 		defer e.Close(context.Background())
 		tk, err := job.TopK(runtime.WindowAll, k)
 		if err != nil {

@@ -147,7 +147,7 @@ func figure(name, title, xLabel, yLabel string, ss ...series) {
 		p.Add(line, points)
 		p.Legend.Add(s.Name, line, points)
 	}
-	p.Legend.Top = true
+	p.Legend.Top, p.Legend.Left = false, true
 	p.Legend.TextStyle.Color = color.Black
 	if err := os.MkdirAll(plotsDir, 0o755); err != nil {
 		fmt.Fprintf(os.Stderr, "figure %s: %v\n", name, err)

@@ -37,10 +37,9 @@ func synopsesTables(quick bool, reps int) {
 	}
 	slices.SortFunc(keys, func(a, b string) int { return int(exact[b]) - int(exact[a]) })
 
-	fmt.Printf("\n## Synopses: heavy hitters against exact counting\n\n")
-	fmt.Printf("%d items drawn Zipf(1.1) from %d; one core; median of %d runs. Recall and precision of the top 100 against the exact counts; \"bounds hold\" checks every reported item's [lower, upper] against its true count.\n\n", n, universe, reps)
-	fmt.Println("| summary | ns/item | memory | top-100 recall | top-100 precision | bounds hold | target |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | --- | --- |")
+	t := newTable("synopses", "Synopses: heavy hitters against exact counting",
+		fmt.Sprintf("%s items drawn Zipf(1.1) from %s; one core; median of %d runs. Recall and precision of the top 100 against the exact counts; \"bounds hold\" checks every reported item's [lower, upper] against its true count.", humanize(float64(n)), humanize(float64(universe)), reps),
+		"summary", "ns/item", "memory", "top-100 recall", "top-100 precision", "bounds hold", "target")
 	mapNs := median(reps, func() float64 {
 		start := time.Now()
 		m := map[string]uint64{}
@@ -49,13 +48,13 @@ func synopsesTables(quick bool, reps int) {
 		}
 		return float64(time.Since(start).Nanoseconds()) / float64(n)
 	})
-	fmt.Printf("| exact (Go map) | %.1f | %s | 1.00 | 1.00 | yes | |\n", mapNs, bytesOf(func() any {
+	t.Row("exact (Go map)", num(mapNs, "%.1f"), bytesOf(func() any {
 		m := map[string]uint64{}
 		for _, s := range stream {
 			m[s]++
 		}
 		return m
-	}))
+	}), "1.00", "1.00", "yes", "")
 	for _, counters := range []int{500, 2000, 10000} {
 		var hh *synopses.HeavyHitters
 		ns := median(reps, func() float64 {
@@ -86,21 +85,20 @@ func synopsesTables(quick bool, reps int) {
 		if counters == 2000 {
 			target = "recall >= 0.99, <= 50 ns/item"
 		}
-		fmt.Printf("| Space-Saving, %d counters | %.1f | %s | %.2f | %.2f | %v | %s |\n", counters, ns,
+		t.Row(fmt.Sprintf("Space-Saving, %d counters", counters), num(ns, "%.1f"),
 			bytesOf(func() any {
 				h := synopses.NewHeavyHitters(counters)
 				for _, s := range stream {
 					h.Update(s, 1)
 				}
 				return h
-			}), float64(hits)/100, float64(hits)/float64(len(top)), yes(ok), target)
+			}), num(float64(hits)/100, "%.2f"), num(float64(hits)/float64(len(top)), "%.2f"), yes(ok), target)
 	}
+	t.Print()
 
-	fmt.Printf("\n## Synopses: HyperLogLog error against precision\n\n")
-	fmt.Println("Median and largest relative error of the estimate over 20 seeded streams per cardinality (distinct 64-bit hashes); standard error 1.04/sqrt(2^p); insert cost on strings, hashing included.")
-	fmt.Println()
-	fmt.Println("| precision | memory | std error | n = 1,000 | n = 100,000 | n = 1,000,000 | ns/insert |")
-	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	t = newTable("synopses", "Synopses: HyperLogLog error against precision",
+		"Median and largest relative error of the estimate over 20 seeded streams per cardinality (distinct 64-bit hashes); standard error 1.04/sqrt(2^p); insert cost on strings, hashing included.",
+		"precision", "memory", "std error", "n = 1,000", "n = 100,000", "n = 1,000,000", "ns/insert")
 	for _, p := range []uint8{10, 12, 14, 16} {
 		row := []string{}
 		for _, card := range []int{1_000, 100_000, 1_000_000} {
@@ -126,8 +124,9 @@ func synopsesTables(quick bool, reps int) {
 			}
 			return float64(time.Since(start).Nanoseconds()) / float64(len(stream))
 		})
-		fmt.Printf("| %d | %s | %.2f%% | %s | %s | %s | %.1f |\n", p, humanize(float64(d.MemoryBytes()))+" B", 100*d.StdError(), row[0], row[1], row[2], ns)
+		t.Row(int(p), humanize(float64(d.MemoryBytes()))+" B", num(100*d.StdError(), "%.2f%%"), row[0], row[1], row[2], num(ns, "%.1f"))
 	}
+	t.Print()
 }
 
 // mix is splitmix64's finaliser: distinct inputs give distinct,
