@@ -45,10 +45,12 @@ type windows[S ft.Stateful] struct {
 	nclosed uint64
 	pend    []pendingWiden
 
-	newS  func() S
-	clone func(S) S
-	merge func(dst, src S)
-	widen func(S, uint64)
+	newS     func() S
+	blankS   S
+	hasBlank bool
+	clone    func(S) S
+	merge    func(dst, src S)
+	widen    func(S, uint64)
 }
 
 func floorDiv(a, b int64) int64 {
@@ -158,21 +160,35 @@ func (w *windows[S]) current() (Span, S) {
 
 func (w *windows[S]) last() (Span, S) {
 	if w.cur == nil {
-		return Span{}, w.newS()
+		return Span{}, w.blank()
 	}
 	idx := w.cur.idx - 1
 	if n := len(w.closed); n > 0 && w.closed[n-1].idx == idx {
 		return w.span(idx), w.clone(w.closed[n-1].s)
 	}
-	return w.span(idx), w.newS()
+	return w.span(idx), w.blank()
+}
+
+// blank is one empty summary, made once: what last returns while there is
+// no last window, which callers only read.
+func (w *windows[S]) blank() S {
+	if !w.hasBlank {
+		w.blankS, w.hasBlank = w.newS(), true
+	}
+	return w.blankS
 }
 
 func (w *windows[S]) all() (Span, S) {
 	if w.cur == nil {
 		return Span{}, w.empty()
 	}
-	s := w.newS()
 	sp := w.span(w.cur.idx)
+	if len(w.closed) == 0 {
+		// One window (always so for the whole stream): a copy is what a
+		// merge into an empty summary would give, for a fraction of it.
+		return sp, w.clone(w.cur.s)
+	}
+	s := w.newS()
 	for _, x := range w.closed {
 		w.merge(s, x.s)
 	}
