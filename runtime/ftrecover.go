@@ -213,6 +213,6 @@ func (j *Job) replay(i int, after uint64) (n int, last uint64, gaps [][2]uint64,
 		err = nil
 	}
 	flush()
-	part.op.idle()
+	part.op.idle(true)
 	return n, last, gaps, err
 }

@@ -36,8 +36,9 @@ type partitionOp interface {
 	// their state for queries.
 	coordinate()
 	// idle is called whenever the queue runs empty, and once at shutdown
-	// after the last batch: the moment to flush or merge.
-	idle()
+	// after the last batch (final): the moment to flush or merge. An op
+	// that puts work off returns how soon it wants to be called again.
+	idle(final bool) (again time.Duration)
 }
 
 // emitter is how an operator reaches the hub.
@@ -115,6 +116,8 @@ type partition struct {
 	op        partitionOp
 	group     *groupSizer
 	processed atomic.Uint64
+	// wake is set while a timer will call the op's idle again.
+	wake atomic.Bool
 	// rate is the partition's drain rate while backlogged, in events per
 	// wall second (float64 bits, a moving average), for load shedding.
 	rate atomic.Uint64
@@ -220,7 +223,15 @@ func (p *partition) run() {
 			batches, closed := p.q.take(buf)
 			buf = batches
 			if len(batches) == 0 {
-				p.op.idle()
+				if again := p.op.idle(closed); again > 0 && p.wake.CompareAndSwap(false, true) {
+					time.AfterFunc(again, func() {
+						p.wake.Store(false)
+						select {
+						case p.q.notify <- struct{}{}:
+						default:
+						}
+					})
+				}
 				p.group.idle(time.Now())
 				prevEnd = time.Time{}
 				if closed {

@@ -216,7 +216,7 @@ func (p *joinPart) emit(m *joins.Match) {
 	p.out.hub.Publish(p.out.job, TypeMatch, append([]byte(nil), b...))
 }
 
-func (p *joinPart) idle() { p.publish(time.Now()) }
+func (p *joinPart) idle(final bool) time.Duration { return p.idlePublish(final, p.publish) }
 
 // publish copies what queries read.
 func (p *joinPart) publish(now time.Time) {

@@ -227,7 +227,7 @@ func (p *logregPart) coordinate() {
 
 // idle merges without waiting: a partition without work holds no one back
 // and waits for no one.
-func (p *logregPart) idle() {
+func (p *logregPart) idle(bool) time.Duration {
 	if p.active {
 		p.job.clock.setActive(p.index, false)
 		p.active = false
@@ -235,6 +235,7 @@ func (p *logregPart) idle() {
 	p.merge()
 	p.unacked.Store(0)
 	p.publish(time.Now())
+	return 0
 }
 
 // merge folds the partition's local updates into the global model (the

@@ -136,12 +136,14 @@ type synPart struct {
 	processed int64
 	unit      *stateUnit // nil without fault tolerance
 	pubAt     time.Time
+	dirty     bool // processed events since the last publish at idle
 }
 
 // observe records one processed event; after it, check tells fault
 // tolerance when a backup may be due.
 func (s *synPart) observe(r *Record, logged bool) {
 	s.lastSeq = r.Seq
+	s.dirty = true
 	// α: the most one event moves a summary; a heavy-hitter event kept by
 	// load shedding counts with its weight (Value).
 	if n := int64(len(r.Values)) * int64(max(r.Value, 1)); n > s.maxVals.Load() {
@@ -175,6 +177,27 @@ func (s *synPart) check(div float64, force bool) {
 	s.processed += int64(s.pending)
 	s.unit.merged(s.pending, s.unlogged, s.processed)
 	s.pending, s.unlogged = 0, 0
+}
+
+// idlePublishGap is the least time between two publishes at idle: a queue
+// that runs dry after every small batch would otherwise have the summary
+// copied after each; the last changes are published at most this late.
+const idlePublishGap = 5 * time.Millisecond
+
+// idlePublish publishes what changed since the last publish, unless the
+// last one is too recent: then it says when to come back. The final call
+// always publishes.
+func (s *synPart) idlePublish(final bool, publish func(time.Time)) time.Duration {
+	if !s.dirty {
+		return 0
+	}
+	now := time.Now()
+	if gap := now.Sub(s.pubAt); gap < idlePublishGap && !final {
+		return idlePublishGap - gap
+	}
+	publish(now)
+	s.dirty = false
+	return 0
 }
 
 // liveDivergence is the divergence as of the last event, for status.
@@ -301,7 +324,9 @@ func (p *summaryPart[S, W]) processWith(recs []Record, logged bool, add func(v s
 // coordinate publishes the summary at the end of a group of batches.
 func (p *summaryPart[S, W]) coordinate() { p.publish(time.Now()) }
 
-func (p *summaryPart[S, W]) idle() { p.publish(time.Now()) }
+func (p *summaryPart[S, W]) idle(final bool) time.Duration {
+	return p.idlePublish(final, p.publish)
+}
 
 func (p *summaryPart[S, W]) publish(now time.Time) {
 	views := windowViews(p.sk.Current, p.sk.Last, p.sk.All)
