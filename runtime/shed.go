@@ -54,7 +54,7 @@ func (s *ShedSpec) delay() (time.Duration, error) {
 const (
 	// shedHeadroom is the share of max_delay a queue is filled to: the
 	// drain rate is an estimate, and the batch being processed waits too.
-	shedHeadroom = 0.4
+	shedHeadroom = 0.3
 	// minKeep is the smallest share of events kept: a heavy hitter's
 	// weight never exceeds 1/minKeep.
 	minKeep = 0.01

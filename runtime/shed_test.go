@@ -102,7 +102,7 @@ func TestSheddingKeepsDelayUnderMaxDelay(t *testing.T) {
 		commitRecords(t, e, "s", recs[:5000])
 		waitIdle(t, j)
 	}
-	// Overload: every 5 ms, twice what the partition drains in 5 ms at its
+	// Overload: every 2 ms, twice what the partition drains in 2 ms at its
 	// current rate, so the load follows the machine's speed.
 	before := j.lat.snap()
 	shedBefore, processedBefore := j.shed.shed.Load(), j.processed()
@@ -113,7 +113,7 @@ func TestSheddingKeepsDelayUnderMaxDelay(t *testing.T) {
 	for k := 0; time.Since(start) < 2*time.Second; k++ {
 		rate := math.Float64frombits(j.parts[0].rate.Load())
 		rates = append(rates, rate)
-		per := min(max(int(2*rate*0.005), 1), len(recs)/2)
+		per := min(max(int(2*rate*0.002), 1), len(recs)/2)
 		if off+per > len(recs) {
 			off = 0
 		}
@@ -125,7 +125,7 @@ func TestSheddingKeepsDelayUnderMaxDelay(t *testing.T) {
 		commitRecords(t, e, "s", recs[off:off+per])
 		off += per
 		sent += per
-		if d := time.Until(start.Add(time.Duration(k+1) * 5 * time.Millisecond)); d > 0 {
+		if d := time.Until(start.Add(time.Duration(k+1) * 2 * time.Millisecond)); d > 0 {
 			time.Sleep(d) // pacing the sender, not synchronising
 		}
 	}

@@ -48,9 +48,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Name: "users", Kind: "distinct", Input: demoStream,
 		Params: map[string]any{"field": "key"},
 	}, {
-		// A generator tick can post many seconds of event time at once
-		// (the generator's clock runs faster than the wall's); a minute of
-		// lateness lets the purchases posted after them join.
+		// Purchases come up to 2 s of event time after their click and are
+		// posted in the same tick: a minute of lateness covers them and
+		// stalls of the generator.
 		Name: "conversions", Kind: "join", Left: demoStream, Right: purchaseStream,
 		Params: map[string]any{"on": "key", "within": "5s", "allowed_lateness": "1m", "value": "amount", "value_side": "right",
 			"window": "10s", "max_state": "16MiB"},
@@ -111,8 +111,13 @@ func generate(ctx context.Context, streams string, cfg gen.Config, rate int, log
 		}
 		due = min(due, rate) // after a stall, do not burst more than a second's worth
 		body, purchases = body[:0], purchases[:0]
-		for range due {
+		// Event time is the wall clock, spread over the tick: a restarted
+		// demo goes on in time (the generator's own clock would start over
+		// and its events fall behind the windows of the run before).
+		base := time.Now().UnixMilli()
+		for k := range due {
 			ev := g.Next()
+			ev.TS = base - int64(tick/time.Millisecond) + int64(k)*int64(tick/time.Millisecond)/int64(due)
 			body = ev.AppendJSON(body)
 			body = append(body, '\n')
 			if ev.Label && r.IntN(3) == 0 {
