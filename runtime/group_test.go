@@ -119,3 +119,29 @@ func TestSyncAndShedSpecErrors(t *testing.T) {
 	}
 	_ = context.Background
 }
+
+// A real job fed a backlog of one-event batches: with a group of one, a
+// merge per event costs more than the high bound, so the group grows, and
+// the share of time spent merging ends within its bounds.
+func TestGroupSizeGrowsForTinyBatches(t *testing.T) {
+	e := testEngine(t, Config{QueueSize: 1 << 20})
+	j := mustPut(t, e, Spec{Name: "m", Kind: "logreg", Input: "s", Partitions: 1, Params: map[string]any{"hash_bits": 16}})
+	lines := events(20_000, 0)
+	j.Pause()
+	for _, l := range lines {
+		if _, err := ingest(e, "s", l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Resume()
+	waitIdle(t, j)
+	g := j.Status(false).Group
+	t.Logf("after %d one-event batches: group size %.0f, %d groups, last overhead %.3f, total %.3f", len(lines), g.Size, g.Groups, g.Overhead, g.TotalOverhead)
+	if g.Mode != "auto" || g.Size < 4 || g.Groups < 5 {
+		t.Fatalf("group %+v: did not grow for one-event batches", g)
+	}
+	// Over the whole backlog, coordination took no more than its bound.
+	if g.TotalOverhead > g.High {
+		t.Fatalf("coordination took %.1f%% of the time, above the %.0f%% bound", 100*g.TotalOverhead, 100*g.High)
+	}
+}
