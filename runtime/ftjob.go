@@ -369,10 +369,14 @@ func (f *jobFT) write(req backupReq) {
 		}
 	}
 	if f.hub.Wants(f.name, TypeBackup) {
-		msg, _ := json.Marshal(map[string]any{
+		m := map[string]any{
 			"type": TypeBackup, "job": f.name, "ts": meta.Created.UnixMilli(), "index": meta.Index, "full": meta.Full,
-			"bytes": len(req.data), "divergence": meta.Divergence, "last_seqs": meta.LastSeqs,
-		})
+			"bytes": len(req.data), "divergence": meta.Divergence, "last_seqs": meta.LastSeqs, "partitions": u.parts,
+		}
+		if len(u.parts) == 1 {
+			m["partition"] = u.parts[0]
+		}
+		msg, _ := json.Marshal(m)
 		f.hub.Publish(f.name, TypeBackup, msg)
 	}
 }
@@ -443,14 +447,33 @@ type FTStatus struct {
 	Divergence float64       `json:"divergence"`
 	// SinceBackup is how many events were folded into the state since its
 	// last backup, AtRisk how many of them are not in the item log.
-	SinceBackup int64           `json:"since_backup"`
-	AtRisk      int64           `json:"at_risk"`
-	Backups     BackupStats     `json:"backups"`
-	Partitions  []PartitionFT   `json:"partitions"`
-	Alpha       float64         `json:"alpha"`
-	WorstCase   ft.Bound        `json:"worst_case"` // what a crash now would cost
-	Promise     ft.Bound        `json:"promise"`    // the bound over any number of crashes
-	Recovery    *RecoveryReport `json:"recovery,omitempty"`
+	SinceBackup int64         `json:"since_backup"`
+	AtRisk      int64         `json:"at_risk"`
+	Backups     BackupStats   `json:"backups"`
+	Partitions  []PartitionFT `json:"partitions"`
+	// Units are the job's units of state: one for logreg (the global
+	// model, all partitions), one per partition for the other kinds.
+	Units     []UnitFT        `json:"units"`
+	Alpha     float64         `json:"alpha"`
+	WorstCase ft.Bound        `json:"worst_case"` // what a crash now would cost
+	Promise   ft.Bound        `json:"promise"`    // the bound over any number of crashes
+	Recovery  *RecoveryReport `json:"recovery,omitempty"`
+}
+
+// UnitFT is one unit of state in FTStatus: its divergence against its θ,
+// the events folded in since its last backup (and of those at risk), its
+// backups.
+type UnitFT struct {
+	// Partition is the unit's partition, -1 for a unit of all of them.
+	Partition   int     `json:"partition"`
+	Partitions  []int   `json:"partitions"`
+	Divergence  float64 `json:"divergence"`
+	Theta       float64 `json:"theta"`
+	SinceBackup int64   `json:"since_backup"`
+	AtRisk      int64   `json:"at_risk"`
+	Full        int64   `json:"full"`
+	Delta       int64   `json:"delta"`
+	Bytes       int64   `json:"bytes"`
 }
 
 // BackupStats counts the state backups written.
@@ -491,14 +514,21 @@ func (f *jobFT) status(j *Job) *FTStatus {
 	for _, u := range f.units {
 		st.SinceBackup += u.sinceBackup
 		st.AtRisk += u.atRisk
+		uf := UnitFT{Partition: -1, Partitions: u.parts, Theta: u.ctl.Thresholds().Theta, SinceBackup: u.sinceBackup, AtRisk: u.atRisk}
+		if len(u.parts) == 1 {
+			uf.Partition = u.parts[0]
+		}
+		st.Units = append(st.Units, uf)
 	}
 	f.mu.Unlock()
 	st.Backups.Errors = f.errors.Load()
 	var last int64
-	for _, u := range f.units {
+	for i, u := range f.units {
 		if lv, ok := u.op.(interface{ liveDivergence() float64 }); ok {
-			st.Divergence += lv.liveDivergence()
+			st.Units[i].Divergence = lv.liveDivergence()
+			st.Divergence += st.Units[i].Divergence
 		}
+		st.Units[i].Full, st.Units[i].Delta, st.Units[i].Bytes = u.stats.full.Load(), u.stats.delta.Load(), u.stats.bytes.Load()
 		st.Backups.Full += u.stats.full.Load()
 		st.Backups.Delta += u.stats.delta.Load()
 		st.Backups.Bytes += u.stats.bytes.Load()

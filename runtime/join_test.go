@@ -182,6 +182,10 @@ func TestJoinRecoversFromBackups(t *testing.T) {
 	if st := j2.Status(false); st.FT == nil || st.FT.Backups.StoredCount == 0 || st.FT.Recovery == nil || !st.FT.Recovery.Clean {
 		t.Fatalf("ft %+v", st.FT)
 	}
+	// One unit of state per partition, each with its own θ.
+	if us := j.Status(false).FT.Units; len(us) != 2 || us[1].Partition != 1 || us[1].Theta != 25 || us[0].Full+us[0].Delta == 0 {
+		t.Fatalf("units %+v", us)
+	}
 	ingestBoth(t, e2, evs[1500:])
 	waitIdle(t, j2)
 	deadline := time.Now().Add(5 * time.Second)
