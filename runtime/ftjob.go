@@ -71,6 +71,9 @@ type jobFT struct {
 	backupDone chan struct{}
 	errors     atomic.Int64
 	recovery   atomic.Pointer[RecoveryReport]
+	// history is the last recoveries of the job, newest last, kept in
+	// <dir>/recoveries.json across restarts; written once per start.
+	history []RecoveryReport
 }
 
 // stateUnit is one unit of state and its backups.
@@ -458,6 +461,9 @@ type FTStatus struct {
 	WorstCase ft.Bound        `json:"worst_case"` // what a crash now would cost
 	Promise   ft.Bound        `json:"promise"`    // the bound over any number of crashes
 	Recovery  *RecoveryReport `json:"recovery,omitempty"`
+	// Recoveries are the job's last recoveries (up to keepRecoveries),
+	// newest last, across restarts.
+	Recoveries []RecoveryReport `json:"recoveries,omitempty"`
 }
 
 // UnitFT is one unit of state in FTStatus: its divergence against its θ,
@@ -563,7 +569,39 @@ func (f *jobFT) status(j *Job) *FTStatus {
 	}
 	st.Promise = f.bounds.Promise(st.Alpha, 1)
 	st.Recovery = f.recovery.Load()
+	st.Recoveries = f.history
 	return st
+}
+
+// keepRecoveries is how many recovery reports a job keeps.
+const keepRecoveries = 20
+
+// recordRecovery appends rep to the job's recovery history on disk. The
+// history is for people; failing to write it only logs.
+func (f *jobFT) recordRecovery(rep *RecoveryReport) {
+	file := filepath.Join(f.dir, "recoveries.json")
+	var hist []RecoveryReport
+	if data, err := os.ReadFile(file); err == nil {
+		if err := json.Unmarshal(data, &hist); err != nil {
+			f.log.Warn("fault tolerance: unreadable recovery history, starting a new one", "job", f.name, "err", err)
+			hist = nil
+		}
+	}
+	hist = append(hist, *rep)
+	if len(hist) > keepRecoveries {
+		hist = hist[len(hist)-keepRecoveries:]
+	}
+	f.history = hist
+	data, err := json.Marshal(hist)
+	if err == nil {
+		tmp := file + ".tmp"
+		if err = os.WriteFile(tmp, data, 0o644); err == nil {
+			err = os.Rename(tmp, file)
+		}
+	}
+	if err != nil {
+		f.log.Warn("fault tolerance: writing the recovery history", "job", f.name, "err", err)
+	}
 }
 
 // Recovery is the report of the job's last recovery from backups, or nil.

@@ -180,6 +180,7 @@ func (j *Job) start(hub *Hub) error {
 				p.group.restart()
 			}
 			j.ft.recovery.Store(rep)
+			j.ft.recordRecovery(rep)
 			j.ft.log.Info("job recovered", "job", j.spec.Name, "clean", rep.Clean, "failures", rep.Failures,
 				"backups", rep.Backups, "replayed", rep.Replayed, "lost", rep.Lost, "bound_events", rep.Bound.Events,
 				"within_bound", rep.Within, "duration_ms", rep.DurationMs)

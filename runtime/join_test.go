@@ -182,6 +182,9 @@ func TestJoinRecoversFromBackups(t *testing.T) {
 	if st := j2.Status(false); st.FT == nil || st.FT.Backups.StoredCount == 0 || st.FT.Recovery == nil || !st.FT.Recovery.Clean {
 		t.Fatalf("ft %+v", st.FT)
 	}
+	if h := j2.Status(false).FT.Recoveries; len(h) != 1 || !h[0].Clean {
+		t.Fatalf("recovery history %+v", h)
+	}
 	// One unit of state per partition, each with its own θ.
 	if us := j.Status(false).FT.Units; len(us) != 2 || us[1].Partition != 1 || us[1].Theta != 25 || us[0].Full+us[0].Delta == 0 {
 		t.Fatalf("units %+v", us)

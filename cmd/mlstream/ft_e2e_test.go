@@ -38,6 +38,7 @@ type ftView struct {
 			Skipped                     []string
 			Bound                       struct{ Events int64 }
 		}
+		Recoveries []struct{ Failures int }
 	}
 }
 
@@ -130,6 +131,10 @@ func TestKill9ApproxLossStaysBounded(t *testing.T) {
 				t.Fatalf("run %d: lost %d events, bound %d", run, rec.Lost, rec.Bound.Events)
 			}
 			totalLost += rec.Lost
+			// Every recovery so far is in the history, oldest first.
+			if h := v.FT.Recoveries; len(h) != run || h[run-1].Failures != run {
+				t.Fatalf("run %d: recovery history %+v", run, h)
+			}
 			// θ = Θ/2 for the one state copy, halved once per failure.
 			if want := theta / 2 / math.Pow(2, float64(run)); math.Abs(v.FT.StateThresholds.Theta-want) > 1e-12 || v.FT.Failures != run {
 				t.Fatalf("run %d: theta %v, failures %d; want %v", run, v.FT.StateThresholds.Theta, v.FT.Failures, want)
