@@ -131,6 +131,7 @@ func (ts *testServer) waitProcessed(name string) runtime.JobStatus {
 func (ts *testServer) dialWS(query string) *websocket.Conn {
 	ts.t.Helper()
 	url := "ws" + strings.TrimPrefix(ts.http.URL, "http") + "/v1/ws?" + query
+	before := ts.engine.Hub().Subscribers()
 	c, resp, err := websocket.DefaultDialer.Dial(url, nil)
 	if err != nil {
 		if resp != nil {
@@ -139,6 +140,9 @@ func (ts *testServer) dialWS(query string) *websocket.Conn {
 		ts.t.Fatalf("dial %s: %v", url, err)
 	}
 	ts.t.Cleanup(func() { c.Close() })
+	// The server subscribes after the handshake: wait for it, so that
+	// events posted next are seen by this connection.
+	waitFor(ts.t, "the WebSocket subscription", 5*time.Second, func() bool { return ts.engine.Hub().Subscribers() > before })
 	return c
 }
 
