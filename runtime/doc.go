@@ -1,17 +1,29 @@
 // Package runtime is mlstream's engine: named streams, jobs and their
-// partitions, bounded queues with backpressure, and the output hub.
+// partitions, bounded queues with backpressure and load shedding, group
+// scheduling of coordination, fault tolerance, and the output hub.
 //
 // Data flow: the api package decodes a request body into JSON values and
 // feeds them to a Batch (NewBatch). The batch asks every job that reads the
-// stream to extract its own Record from each event (so a bad field rejects
-// the whole request before anything is queued), routes records to the job's
-// partitions by key hash (round-robin without a key) and Commit reserves
-// room in every target queue at once: either the whole request is queued or
-// none of it is (ErrBusy, answered with 429).
+// stream (a join reads two, and learns from the stream which side an event
+// is) to extract its own Record from each event (so a bad field rejects the
+// whole request before anything is queued), routes records to the job's
+// partitions by key hash (round-robin without a key), sheds part of them
+// when the job has load shedding and its queue would hold more than it
+// drains in max_delay (shed.go), and Commit reserves room in every target
+// queue at once: either the whole request is queued or none of it is
+// (ErrBusy, answered with 429).
 //
 // Each partition is one goroutine that owns its operator (no locks on the
 // hot path), takes whole batches from its queue, and sends outputs to the
-// Hub. A partition is addressed by (job, partition index) everywhere:
-// queues, sequence numbers, stats and, later, backups; that is what lets a
-// cluster mode move a partition to another process.
+// Hub. Coordination — merging a logreg partition into the global model,
+// publishing a summary or join state for queries — happens once per group
+// of batches whose size adapts to its measured cost (group.go, after
+// Drizzle), paced across partitions by the job's consistency model
+// (consistency.go). Fault tolerance (ftjob.go, ftrecover.go) follows
+// AF-Stream: units of state backed up when they diverged past θ, item logs
+// past l, recovery with the loss measured by sequence numbers.
+//
+// A partition is addressed by (job, partition index) everywhere: queues,
+// sequence numbers, stats and backups; that is what lets a cluster mode
+// move a partition to another process.
 package runtime
