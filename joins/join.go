@@ -1,7 +1,6 @@
 package joins
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"unsafe"
@@ -58,7 +57,14 @@ const (
 	MinBytes   = 64 * (TupleBytes + IndexBytes)
 )
 
-func (c *Config) validate() error {
+// Validate fills the defaults (Sample 1, Keep 3) and checks the config.
+func (c *Config) Validate() error {
+	if c.Sample == 0 {
+		c.Sample = 1
+	}
+	if c.Keep == 0 {
+		c.Keep = 3
+	}
 	switch {
 	case c.Within < 0:
 		return fmt.Errorf("within must not be negative, got %d ms", c.Within)
@@ -137,8 +143,7 @@ func (c *Counters) Add(o *Counters) {
 // Join is a windowed symmetric hash join of two streams.
 type Join struct {
 	cfg       Config
-	z         float64 // normal quantile of the estimates' confidence
-	threshold uint64  // keep a tuple when its sample hash is below
+	threshold uint64 // keep a tuple when its sample hash is below
 	maxTuples int
 
 	ring     []tuple
@@ -163,16 +168,10 @@ type Join struct {
 
 // New returns an empty join.
 func New(cfg Config) (*Join, error) {
-	if cfg.Sample == 0 {
-		cfg.Sample = 1
-	}
-	if cfg.Keep == 0 {
-		cfg.Keep = 3
-	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	j := &Join{cfg: cfg, z: Z(0.95), index: map[uint64]keyIndex{}, track: cfg.Sample < 1}
+	j := &Join{cfg: cfg, index: map[uint64]keyIndex{}, track: cfg.Sample < 1}
 	j.maxTuples = int(cfg.MaxBytes / (TupleBytes + IndexBytes))
 	j.threshold = math.MaxUint64
 	if cfg.Sample < 1 {
@@ -186,9 +185,6 @@ func New(cfg Config) (*Join, error) {
 
 // Z is the two-sided normal quantile of a confidence level.
 func Z(confidence float64) float64 { return math.Sqrt2 * math.Erfinv(confidence) }
-
-// Config returns the join's configuration with defaults filled in.
-func (j *Join) Config() Config { return j.cfg }
 
 // Counters returns the running totals.
 func (j *Join) Counters() Counters { return j.c }
@@ -494,5 +490,3 @@ func (j *Join) Widen(lost float64) {
 		a.Lost += lost * j.cfg.Sample
 	}
 }
-
-var errCorrupt = errors.New("joins: corrupt backup")

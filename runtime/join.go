@@ -113,7 +113,7 @@ func newJoinJob(spec Spec, p *Params) (kindJob, error) {
 	if vside == "right" {
 		j.cfg.ValueSide = joins.Right
 	}
-	if _, err := joins.New(j.cfg); err != nil {
+	if err := j.cfg.Validate(); err != nil {
 		return nil, &SpecError{"params", err.Error()}
 	}
 	return j, nil
