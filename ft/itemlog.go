@@ -2,6 +2,7 @@ package ft
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -197,7 +198,7 @@ func OpenItemLogConfig(dir string, key Key, cfg ItemLogConfig) (*ItemLog, error)
 		}
 		l.segs = append(l.segs, segment{first: first, size: info.Size()})
 	}
-	slices.SortFunc(l.segs, func(a, b segment) int { return cmpUint(a.first, b.first) })
+	slices.SortFunc(l.segs, func(a, b segment) int { return cmp.Compare(a.first, b.first) })
 	// Find LastSeq from the newest segment with an intact record.
 	for len(l.segs) > 0 {
 		i := len(l.segs) - 1

@@ -1,6 +1,7 @@
 package ft
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -203,19 +204,9 @@ func (s *DirStore) load(key Key, ks *keyState) error {
 		files = append(files, backupFile{index: index, full: full, size: info.Size()})
 	}
 	// ReadDir sorts by name and names sort by index, but do not depend on it.
-	slices.SortFunc(files, func(a, b backupFile) int { return cmpUint(a.index, b.index) })
+	slices.SortFunc(files, func(a, b backupFile) int { return cmp.Compare(a.index, b.index) })
 	ks.loaded, ks.dir, ks.files = true, dir, files
 	return nil
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Put stores one backup. See Store.Put. A delta is refused with

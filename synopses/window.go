@@ -1,6 +1,7 @@
 package synopses
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -90,7 +91,7 @@ func (w *windows[S]) target(ts int64) (s S, ok, late, closed bool) {
 		}
 		w.late++
 		i, found := slices.BinarySearchFunc(w.closed, idx, func(x *window[S], t int64) int {
-			return cmpInt(x.idx, t)
+			return cmp.Compare(x.idx, t)
 		})
 		if !found {
 			w.closed = slices.Insert(w.closed, i, w.open(idx))
@@ -98,16 +99,6 @@ func (w *windows[S]) target(ts int64) (s S, ok, late, closed bool) {
 		return w.closed[i].s, true, true, false
 	}
 	return w.cur.s, true, false, closed
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // open creates window idx, applying the Widen calls it owes.
