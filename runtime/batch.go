@@ -137,13 +137,12 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	pendCtx, cancelPend := context.WithTimeout(ctx, b.e.cfg.IngestWait/2)
 	defer cancelPend()
 	for _, jb := range b.jobs {
-		if jb.job.spec.Shed == nil {
+		if jb.job.shedDelay == 0 {
 			continue
 		}
-		maxDelay, _ := jb.job.spec.Shed.delay()
 		for i := range jb.parts {
 			if len(jb.parts[i]) > 0 {
-				jb.shed(i, maxDelay)
+				jb.shed(i, jb.job.shedDelay)
 			}
 		}
 	}

@@ -64,6 +64,7 @@ type Job struct {
 	samples       sampler
 	gate          gate
 	shed          shedCounters
+	shedDelay     time.Duration  // max_delay of load shedding; 0 when off
 	wg            sync.WaitGroup // partition goroutines
 	ft            *jobFT         // nil when the job has no fault tolerance
 }
@@ -137,8 +138,11 @@ func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
 		return nil, err
 	}
 	j := &Job{spec: spec, kind: k, created: time.Now()}
-	if hj, ok := k.(*hhJob); ok && spec.Shed != nil {
-		hj.shed = &j.shed
+	if spec.Shed != nil {
+		j.shedDelay, _ = spec.Shed.delay() // checked by spec.validate
+		if hj, ok := k.(*hhJob); ok {
+			hj.shed = &j.shed // its bounds widen by what is shed
+		}
 	}
 	for i := 0; i < spec.Partitions; i++ {
 		part := &partition{job: j, index: i, q: newQueue(spec.QueueSize), group: newGroupSizer(gcfg, j.created)}
