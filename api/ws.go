@@ -121,10 +121,7 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) sendStats(sub *runtime.Sub, jobs []string, write func([]byte) bool) bool {
 	now := time.Now().UnixMilli()
-	for _, j := range s.engine.Jobs() {
-		if len(jobs) > 0 && !slices.Contains(jobs, j.Name()) {
-			continue
-		}
+	for _, j := range s.selectedJobs(jobs) {
 		msg, err := json.Marshal(statsMessage{Type: runtime.TypeStats, Job: j.Name(), TS: now, Dropped: sub.Dropped(), Stats: j.Status(false)})
 		if err != nil {
 			s.log.Error("encoding stats", "err", err)
@@ -137,13 +134,20 @@ func (s *Server) sendStats(sub *runtime.Sub, jobs []string, write func([]byte) b
 	return true
 }
 
+// selectedJobs are the engine's jobs named in jobs, or all of them when
+// jobs is empty.
+func (s *Server) selectedJobs(jobs []string) []*runtime.Job {
+	all := s.engine.Jobs()
+	if len(jobs) == 0 {
+		return all
+	}
+	return slices.DeleteFunc(all, func(j *runtime.Job) bool { return !slices.Contains(jobs, j.Name()) })
+}
+
 // sendRecoveries tells a new subscriber how each job last recovered: the
 // recovery happened before anyone could connect.
 func (s *Server) sendRecoveries(jobs []string, write func([]byte) bool) bool {
-	for _, j := range s.engine.Jobs() {
-		if len(jobs) > 0 && !slices.Contains(jobs, j.Name()) {
-			continue
-		}
+	for _, j := range s.selectedJobs(jobs) {
 		rep := j.Recovery()
 		if rep == nil {
 			continue
