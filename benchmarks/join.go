@@ -39,20 +39,9 @@ func joinTables(quick bool, reps int) {
 	for _, p := range []float64{1, 0.1} {
 		var matches uint64
 		rate := median(reps, func() float64 {
-			j, err := joins.New(joins.Config{Within: within, Lateness: 10, MaxBytes: 64 << 20, Sample: p})
-			if err != nil {
-				panic(err)
-			}
-			start := time.Now()
-			for i, e := range evs {
-				side := joins.Left
-				if e.Right {
-					side = joins.Right
-				}
-				j.Add(side, names[e.Key], e.TS, e.Cost, uint64(i+1), nil)
-			}
+			j, rate := runJoin(evs, names, joins.Config{Within: within, Lateness: 10, MaxBytes: 64 << 20, Sample: p})
 			matches = j.Counters().Matches
-			return float64(n) / time.Since(start).Seconds()
+			return rate
 		})
 		t.Row("operator", num(p, "%g"), "-", rate, num(float64(matches)/float64(n), "%.3f"), "≥ 1M/s")
 	}
@@ -97,16 +86,8 @@ func joinTables(quick bool, reps int) {
 		held, runs := 0, max(reps, 10)
 		var kept uint64
 		for seed := 1; seed <= runs; seed++ {
-			j, _ := joins.New(joins.Config{Within: within, Lateness: 10, MaxBytes: 64 << 20, Sample: p, Seed: uint64(seed)})
-			start := time.Now()
-			for i, e := range evs {
-				side := joins.Left
-				if e.Right {
-					side = joins.Right
-				}
-				j.Add(side, names[e.Key], e.TS, e.Cost, uint64(i+1), nil)
-			}
-			rates = append(rates, float64(n)/time.Since(start).Seconds())
+			j, rate := runJoin(evs, names, joins.Config{Within: within, Lateness: 10, MaxBytes: 64 << 20, Sample: p, Seed: uint64(seed)})
+			rates = append(rates, rate)
 			open, _ := j.Windows()
 			est := open[0].Estimate(p, 0.95)
 			errs = append(errs, math.Abs(est.Count.Estimate-truth)/truth)
@@ -121,6 +102,24 @@ func joinTables(quick bool, reps int) {
 	}
 	t.Print()
 	figure("join-sampling", "join: relative error of COUNT against the sample probability", "sample p", "median relative error (%)", errCurve)
+}
+
+// runJoin offers the events to a new join of cfg, in order, and returns it
+// with the tuples/s it took them at.
+func runJoin(evs []gen.JoinEvent, names []string, cfg joins.Config) (*joins.Join, float64) {
+	j, err := joins.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	start := time.Now()
+	for i, e := range evs {
+		side := joins.Left
+		if e.Right {
+			side = joins.Right
+		}
+		j.Add(side, names[e.Key], e.TS, e.Cost, uint64(i+1), nil)
+	}
+	return j, float64(len(evs)) / time.Since(start).Seconds()
 }
 
 // joinRequests are the events as requests: blocks of 1,000 events, each

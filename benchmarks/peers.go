@@ -476,17 +476,26 @@ func medianRun(reps int, f func() redisRun) redisRun {
 // zipfStream is n items drawn Zipf(1.1) from 100,000 ("item-<rank>"),
 // their exact counts, and the stream as NDJSON events {"item": ...}.
 func zipfStream(n int) ([]string, map[string]int, []byte) {
+	items := zipfNames(n)
+	counts := map[string]int{}
+	var body []byte
+	for _, item := range items {
+		counts[item]++
+		body = fmt.Appendf(body, "{\"item\":%q}\n", item)
+	}
+	return items, counts, body
+}
+
+// zipfNames is n items "item-<k>" drawn Zipf(1.1) from 100,000, the same
+// stream for every caller.
+func zipfNames(n int) []string {
 	r := rand.New(rand.NewPCG(9, 10))
 	z := rand.NewZipf(r, 1.1, 1, 99_999)
 	items := make([]string, n)
-	counts := map[string]int{}
-	var body []byte
 	for i := range items {
 		items[i] = "item-" + strconv.FormatUint(z.Uint64(), 10)
-		counts[items[i]]++
-		body = fmt.Appendf(body, "{\"item\":%q}\n", items[i])
 	}
-	return items, counts, body
+	return items
 }
 
 // topHits counts the reported items that are truly in the top k: whose

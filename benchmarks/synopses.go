@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -17,16 +16,7 @@ func synopsesTables(quick bool, reps int) {
 	if quick {
 		n = 500_000
 	}
-	r := rand.New(rand.NewPCG(9, 10))
-	z := rand.NewZipf(r, 1.1, 1, uint64(universe-1))
-	names := make([]string, universe)
-	for i := range names {
-		names[i] = fmt.Sprintf("item-%d", i)
-	}
-	stream := make([]string, n)
-	for i := range stream {
-		stream[i] = names[z.Uint64()]
-	}
+	stream := zipfNames(n)
 	exact := map[string]uint64{}
 	for _, s := range stream {
 		exact[s]++
