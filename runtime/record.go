@@ -27,8 +27,9 @@ type Record struct {
 	Features []learners.Feature
 	// Values are the values of the field a synopsis counts.
 	Values []string
-	// Side is a join's side (0 left, 1 right), set before extraction; Value
-	// the number a join sums.
+	// Side is a join's side (0 left, 1 right), set before extraction. Value
+	// is the number a join sums or, for a heavy-hitter event that load
+	// shedding kept, its weight 1/p (0 means 1).
 	Side  uint8
 	Value float64
 }
