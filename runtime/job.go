@@ -122,6 +122,9 @@ type partition struct {
 	// rate is the partition's drain rate while backlogged, in events per
 	// wall second (float64 bits, a moving average), for load shedding.
 	rate atomic.Uint64
+	// wait is the recent time from queued to processed of its batches, in
+	// seconds (float64 bits, a moving average), for load shedding.
+	wait atomic.Uint64
 }
 
 func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
@@ -260,6 +263,7 @@ func (p *partition) run() {
 					from = prevEnd
 				}
 				p.observeRate(n, end.Sub(from))
+				p.observeWait(end.Sub(b.enqueued))
 				prevEnd = end
 				p.q.done(b)
 				batches[i] = nil
@@ -284,6 +288,17 @@ func (p *partition) observeRate(n int, d time.Duration) {
 		r = old + (r-old)/16
 	}
 	p.rate.Store(math.Float64bits(r))
+}
+
+// observeWait folds a batch's time from queued to processed into the
+// partition's recent wait (a moving average over about 16 batches), the
+// feedback of load shedding.
+func (p *partition) observeWait(d time.Duration) {
+	w := d.Seconds()
+	if old := math.Float64frombits(p.wait.Load()); old > 0 {
+		w = old + (w-old)/16
+	}
+	p.wait.Store(math.Float64bits(w))
 }
 
 // Spec returns the job's spec with defaults filled in.

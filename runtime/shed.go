@@ -62,13 +62,22 @@ const (
 
 // keepShare is the probability with which a partition keeps the sheddable
 // events of n new ones, so that its queue holds no more than it drains in
-// max_delay: 1 when there is room (or the drain rate is not known yet).
+// shedHeadroom × max_delay: 1 when there is room (or the drain rate is not
+// known yet).
 func (p *partition) keepShare(n, sheddable int, maxDelay time.Duration) float64 {
 	rate := math.Float64frombits(p.rate.Load())
 	if rate <= 0 || sheddable == 0 {
 		return 1
 	}
-	target := rate * maxDelay.Seconds() * shedHeadroom
+	// Closed loop: the drain rate counts only time the partition runs, so
+	// on a machine whose CPU others take, events wait longer than it
+	// predicts. When the recent waits were longer than the aim, the rate is
+	// scaled down by as much.
+	aim := maxDelay.Seconds() * shedHeadroom
+	if wait := math.Float64frombits(p.wait.Load()); wait > aim {
+		rate *= aim / wait
+	}
+	target := rate * aim
 	room := target - float64(p.q.depth.Load()) - float64(n-sheddable)
 	if room >= float64(sheddable) {
 		return 1
