@@ -122,9 +122,14 @@ type partition struct {
 	// rate is the partition's drain rate while backlogged, in events per
 	// wall second (float64 bits, a moving average), for load shedding.
 	rate atomic.Uint64
+	// rateEvents and rateSecs are the moving averages behind rate, the
+	// partition's own.
+	rateEvents, rateSecs float64
 	// wait is the recent time from queued to processed of its batches, in
 	// seconds (float64 bits, a moving average), for load shedding.
 	wait atomic.Uint64
+	// kept holds the records of a batch shed late (shedStale).
+	kept []Record
 }
 
 func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
@@ -251,18 +256,22 @@ func (p *partition) run() {
 				p.job.gate.wait()
 				n := len(b.recs)
 				start := time.Now()
-				p.op.process(b.recs, p.q.logged(b))
+				recs := p.shedStale(b, start)
+				p.op.process(recs, p.q.logged(b))
 				end := time.Now()
 				p.processed.Add(uint64(n))
-				p.job.lat.observe(end.Sub(b.enqueued), n)
+				// Latency is that of the events served: those shed late are
+				// counted as shed.
+				p.job.lat.observe(end.Sub(b.enqueued), len(recs))
 				// The drain rate counts the wall time since the previous batch
 				// while the queue is backlogged: coordination, pauses and CPU
 				// taken by others slow draining as much as the work does.
+				// Events shed late cost nothing and do not count.
 				from := start
 				if !prevEnd.IsZero() {
 					from = prevEnd
 				}
-				p.observeRate(n, end.Sub(from))
+				p.observeRate(len(recs), end.Sub(from))
 				p.observeWait(end.Sub(b.enqueued))
 				prevEnd = end
 				p.q.done(b)
@@ -278,16 +287,21 @@ func (p *partition) run() {
 }
 
 // observeRate folds a batch of n events processed in d into the drain
-// rate: a moving average over about the last 16 batches.
+// rate: events over time, each a moving average over about the last 16
+// batches. (A moving average of each batch's rate would be dominated by
+// the quick batches: four batches of 22 events in 0.7, 0.7, 0.7 and 13 ms
+// drain 5,800 events/s, not the 24,000 their rates average to.)
 func (p *partition) observeRate(n int, d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	r := float64(n) / d.Seconds()
-	if old := math.Float64frombits(p.rate.Load()); old > 0 {
-		r = old + (r-old)/16
+	if p.rateEvents == 0 {
+		p.rateEvents, p.rateSecs = float64(n), d.Seconds()
+	} else {
+		p.rateEvents += (float64(n) - p.rateEvents) / 16
+		p.rateSecs += (d.Seconds() - p.rateSecs) / 16
 	}
-	p.rate.Store(math.Float64bits(r))
+	p.rate.Store(math.Float64bits(p.rateEvents / p.rateSecs))
 }
 
 // observeWait folds a batch's time from queued to processed into the

@@ -96,7 +96,12 @@ type shedStats struct {
 }
 
 // shedCounters are a job's totals; kinds that widen bounds read them.
-type shedCounters struct{ shed, extra atomic.Uint64 }
+type shedCounters struct {
+	shed, extra atomic.Uint64
+	// late counts the shed events that had been accepted: dropped as their
+	// partition reached them (staleKeep). They are in shed too.
+	late atomic.Uint64
+}
 
 func (c *shedCounters) add(s shedStats) {
 	c.shed.Add(s.shed)
@@ -124,42 +129,91 @@ func (c *shedCounters) widen(t *TopK) {
 func (jb *jobBatch) shed(i int, maxDelay time.Duration) []Record {
 	recs := jb.parts[i]
 	hh := jb.job.spec.Kind == "heavy_hitters"
-	sheddable := len(recs)
-	if !hh {
-		sheddable = 0
-		for k := range recs {
-			if recs[k].Label >= 0 {
-				sheddable++
-			}
-		}
-	}
-	p := jb.job.parts[i].keepShare(len(recs), sheddable, maxDelay)
+	p := jb.job.parts[i].keepShare(len(recs), sheddable(recs, hh), maxDelay)
 	if p >= 1 {
 		return recs
 	}
-	kept := recs[:0]
+	jb.parts[i] = keep(recs[:0], recs, p, hh, &jb.shedStats)
+	return jb.parts[i]
+}
+
+// sheddable counts the events of recs that shedding may drop.
+func sheddable(recs []Record, hh bool) int {
+	if hh {
+		return len(recs)
+	}
+	n := 0
+	for k := range recs {
+		if recs[k].Label >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// keep appends to dst the records of recs that shedding keeps when it
+// keeps sheddable events with probability p, counting what it drops and
+// the weight it adds in st. dst may be recs[:0].
+func keep(dst, recs []Record, p float64, hh bool, st *shedStats) []Record {
 	for _, r := range recs {
 		if !hh && r.Label < 0 {
-			kept = append(kept, r)
+			dst = append(dst, r)
 			continue
 		}
 		if rand.Float64() >= p {
-			jb.shedStats.shed++
+			st.shed++
 			continue
 		}
 		if hh {
-			// Randomized rounding of 1/p: unbiased, integer.
-			w := math.Floor(1 / p)
-			if rand.Float64() < 1/p-w {
+			// Randomized rounding of w/p (w the weight admission gave it,
+			// 0 meaning 1): unbiased, integer.
+			w0 := max(r.Value, 1)
+			w := math.Floor(w0 / p)
+			if rand.Float64() < w0/p-w {
 				w++
 			}
 			r.Value = w
-			jb.shedStats.extra += uint64(w) - 1
+			st.extra += uint64(w - w0)
 		}
-		kept = append(kept, r)
+		dst = append(dst, r)
 	}
-	jb.parts[i] = kept
-	return kept
+	return dst
+}
+
+// staleKeep is the share of a batch's sheddable events that its partition
+// keeps when it reaches the batch after it waited age: load shedding's
+// second line, behind admission at ingest. Admission works from the drain
+// rate, an estimate; a machine can slow down after events were let in.
+// Like CoDel, this looks at how long the batch really waited: up to
+// max_delay/2 everything is kept, beyond it the share falls steeply
+// ((max_delay/2 ÷ age)^4), so a backlog drains fast and what follows it
+// waits less.
+func staleKeep(age, maxDelay time.Duration) float64 {
+	half := maxDelay / 2
+	if age <= half {
+		return 1
+	}
+	r := float64(half) / float64(age)
+	return max(r*r*r*r, minKeep)
+}
+
+// shedStale applies staleKeep to batch b as partition p reaches it and
+// returns the records to process: b.recs itself when all are kept (b.recs
+// stays whole: the queue and the item log account by it).
+func (p *partition) shedStale(b *batch, now time.Time) []Record {
+	j := p.job
+	if j.shedDelay == 0 {
+		return b.recs
+	}
+	share := staleKeep(now.Sub(b.enqueued), j.shedDelay)
+	if share >= 1 {
+		return b.recs
+	}
+	var st shedStats
+	p.kept = keep(p.kept[:0], b.recs, share, j.spec.Kind == "heavy_hitters", &st)
+	j.shed.add(st)
+	j.shed.late.Add(st.shed)
+	return p.kept
 }
 
 // ShedStatus is a job's load shedding, in its status.
@@ -174,14 +228,18 @@ type ShedStatus struct {
 	// count may be that much high, and Shed that much low; the bounds of
 	// top-k include both.
 	ExtraWeight uint64 `json:"extra_weight,omitempty"`
+	// Late counts the shed events that had been accepted (the ingest
+	// response did not report them): dropped when their partition reached
+	// them after waiting more than max_delay/2. They are in Shed too.
+	Late uint64 `json:"late,omitempty"`
 }
 
 func (j *Job) shedStatus() *ShedStatus {
 	if j.spec.Shed == nil {
 		return nil
 	}
-	st := &ShedStatus{MaxDelay: j.spec.Shed.MaxDelay, Drops: shedKinds[j.spec.Kind], Shed: j.shed.shed.Load(), ExtraWeight: j.shed.extra.Load()}
-	if offered := j.accepted.Load() + st.Shed; offered > 0 {
+	st := &ShedStatus{MaxDelay: j.spec.Shed.MaxDelay, Drops: shedKinds[j.spec.Kind], Shed: j.shed.shed.Load(), ExtraWeight: j.shed.extra.Load(), Late: j.shed.late.Load()}
+	if offered := j.accepted.Load() + st.Shed - st.Late; offered > 0 {
 		st.Fraction = float64(st.Shed) / float64(offered)
 	}
 	return st
