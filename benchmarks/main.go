@@ -55,6 +55,7 @@ func main() {
 	reps := flag.Int("reps", 5, "repetitions per measurement; the median is reported")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	sections := flag.String("sections", "core,synopses,join,peers,drizzle,ft,crash", "which tables: core (learning, ingest against parsing), synopses (heavy hitters, distinct), join (throughput, memory, estimates), peers (scikit-learn, Redis), drizzle (latency against throughput by group size), ft (Table 5 for logreg, heavy hitters, join; the Θ×L sweep), crash (kill -9 of the real binary: Figures 6-8, restart time)")
+	ftKinds := flag.String("ft-kinds", "logreg,heavy_hitters,join", "the kinds of Table 5 (section ft); the Θ×L sweep runs with logreg")
 	flag.Parse()
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
@@ -97,17 +98,11 @@ func main() {
 		drizzleTable(*quick)
 	}
 	if want["ft"] {
-		table5(body, events, *reps)
-		quarter, k := body, 0
-		for i := range body {
-			if body[i] == '\n' {
-				if k++; k == events/4 {
-					quarter = body[:i+1]
-					break
-				}
-			}
+		kinds := strings.Split(*ftKinds, ",")
+		table5(body, events, *reps, kinds)
+		if slices.Contains(kinds, "logreg") {
+			sweep(firstLines(body, events/4))
 		}
-		sweep(quarter, k)
 	}
 	if want["crash"] {
 		crashFigures(*quick)
@@ -242,6 +237,19 @@ type request struct {
 }
 
 // chunk cuts an NDJSON body for stream into requests of 1,000 events.
+// firstLines returns the first n lines of body and their count.
+func firstLines(body []byte, n int) ([]byte, int) {
+	k := 0
+	for i := range body {
+		if body[i] == '\n' {
+			if k++; k == n {
+				return body[:i+1], k
+			}
+		}
+	}
+	return body, k
+}
+
 func chunk(stream string, body []byte) []request {
 	var out []request
 	for rest := body; len(rest) > 0; {
