@@ -15,9 +15,20 @@ import (
 // This file holds what the backup store and the item log share: keys and
 // their directories, the damage error, and the two on-disk framings.
 //
-// Backup file (one per backup, written whole and renamed into place):
+// Backup chain file (one per full backup: <key dir>/chain-<20-digit index of
+// the full backup>.bin), a sequence of backup frames: the full backup first,
+// then its deltas in index order, each appended as it is taken:
+//
+//	frame | frame | ...
+//
+// Backup frame:
 //
 //	"MLSB" | version byte | meta length uint32 | meta JSON | data length uint64 | data | CRC-32C uint32
+//
+// The CRC covers every byte of the frame before it. A frame carries its own
+// lengths, so a reader walks the file frame by frame and stops at the first
+// one that is torn (a crash during its append) or corrupt: what follows it
+// cannot be found again.
 //
 // Item log record (many per segment, appended):
 //
@@ -136,13 +147,13 @@ const (
 	backupVersion = 1
 	// backupHeaderLen is magic, version and the meta length.
 	backupHeaderLen = 4 + 1 + 4
-	// backupOverhead is every byte of a backup file that is neither meta nor data.
+	// backupOverhead is every byte of a backup frame that is neither meta nor data.
 	backupOverhead = backupHeaderLen + 8 + 4
 )
 
 // backupParts returns the framing of a backup around its data, so the data
-// (possibly megabytes) is written from the caller's slice without a copy:
-// the file is head, data, tail.
+// (possibly megabytes) can be written from the caller's slice without a
+// copy: the frame is head, data, tail.
 func backupParts(meta BackupMeta, data []byte) (head, tail []byte, err error) {
 	mj, err := json.Marshal(meta)
 	if err != nil {
@@ -159,37 +170,39 @@ func backupParts(meta BackupMeta, data []byte) (head, tail []byte, err error) {
 	return head, tail, nil
 }
 
-// decodeBackup parses a whole backup file. The returned data aliases b.
-// It reports any damage as a reason string and an offset, never panics, and
-// never allocates more than the metadata it decodes.
-func decodeBackup(b []byte) (meta BackupMeta, data []byte, off int64, reason string) {
+// decodeFrame parses the backup frame at the front of b and returns how many
+// bytes it takes (n); what follows it in b is not looked at. The returned
+// data aliases b. It reports any damage as a reason string and the offset in
+// b where it was seen, never panics, and never allocates more than the
+// metadata it decodes.
+func decodeFrame(b []byte) (meta BackupMeta, data []byte, n int, off int64, reason string) {
 	if len(b) < backupOverhead {
-		return meta, nil, int64(len(b)), fmt.Sprintf("truncated: %d bytes, a backup has at least %d", len(b), backupOverhead)
+		return meta, nil, 0, int64(len(b)), fmt.Sprintf("truncated: %d bytes, a backup has at least %d", len(b), backupOverhead)
 	}
 	if string(b[:4]) != backupMagic {
-		return meta, nil, 0, fmt.Sprintf("bad magic %q", b[:4])
+		return meta, nil, 0, 0, fmt.Sprintf("bad magic %q", b[:4])
 	}
 	if b[4] != backupVersion {
-		return meta, nil, 4, fmt.Sprintf("unknown format version %d", b[4])
+		return meta, nil, 0, 4, fmt.Sprintf("unknown format version %d", b[4])
 	}
 	metaLen := uint64(binary.LittleEndian.Uint32(b[5:9]))
-	rest := uint64(len(b) - backupOverhead) // bytes left for meta and data
+	rest := uint64(len(b) - backupOverhead) // bytes there are for meta and data
 	if metaLen > rest {
-		return meta, nil, 5, fmt.Sprintf("meta length %d larger than the file allows (%d)", metaLen, rest)
+		return meta, nil, 0, 5, fmt.Sprintf("meta length %d, only %d bytes follow", metaLen, rest)
 	}
 	dataOff := backupHeaderLen + metaLen + 8
 	dataLen := binary.LittleEndian.Uint64(b[dataOff-8 : dataOff])
-	if dataLen != rest-metaLen {
-		return meta, nil, int64(dataOff - 8), fmt.Sprintf("data length %d, file holds %d", dataLen, rest-metaLen)
+	if dataLen > rest-metaLen {
+		return meta, nil, 0, int64(dataOff - 8), fmt.Sprintf("data length %d, only %d bytes follow", dataLen, rest-metaLen)
 	}
-	end := len(b) - 4
-	if got, want := crc32.Checksum(b[:end], castagnoli), binary.LittleEndian.Uint32(b[end:]); got != want {
-		return meta, nil, int64(end), fmt.Sprintf("CRC mismatch: computed %08x, stored %08x", got, want)
+	end := dataOff + dataLen // of the data; the CRC follows
+	if got, want := crc32.Checksum(b[:end], castagnoli), binary.LittleEndian.Uint32(b[end:end+4]); got != want {
+		return meta, nil, 0, int64(end), fmt.Sprintf("CRC mismatch: computed %08x, stored %08x", got, want)
 	}
 	if err := json.Unmarshal(b[backupHeaderLen:backupHeaderLen+metaLen], &meta); err != nil {
-		return BackupMeta{}, nil, backupHeaderLen, "metadata: " + err.Error()
+		return BackupMeta{}, nil, 0, backupHeaderLen, "metadata: " + err.Error()
 	}
-	return meta, b[dataOff:end:end], 0, ""
+	return meta, b[dataOff:end:end], int(end + 4), 0, ""
 }
 
 const (

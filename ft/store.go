@@ -1,7 +1,6 @@
 package ft
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -71,81 +70,123 @@ type Store interface {
 var _ Store = (*DirStore)(nil)
 
 // ErrNoFullBackup is returned by Put for a delta when the key has no full
-// backup to apply it to.
+// backup to apply it to. DirStore also returns it when the full backup is
+// there but the delta cannot be appended to it: see DirStore.
 var ErrNoFullBackup = errors.New("ft: delta backup without a full backup before it")
 
-// DirStore is the default Store: a local directory with one file per
-// backup, <dir>/<job>/<partition or "global">/backup-<index>-<full|delta>.bin.
-// Every Put writes a temporary file in the same directory, fsyncs it,
-// renames it into place and fsyncs the directory, so a backup is either
-// wholly there or absent; a CRC-32C over each file catches the rest.
+// DirStore is the default Store: a local directory with one file per chain,
+// <dir>/<job>/<partition or "global">/chain-<index of its full backup>.bin,
+// the full backup's frame followed by the frames of its deltas (frame.go).
+// A full Put creates the chain's file and keeps it open; each delta Put
+// appends to it, so a backup costs a write, not a file creation. With
+// BackupMeta.Durable, Put fsyncs the file (and, for a new chain, the
+// directory) before it returns.
 //
-// Retention: after a full Put, the store keeps that full backup, the full
-// one before it and the deltas between them, and deletes everything older.
+// A backup is wholly there or ignored: a frame torn by a crash fails its
+// CRC, and Chain stops the chain before it; a torn full backup makes Chain
+// fall back to the previous chain. A delta is only ever appended right
+// after the frame this process wrote before it, so DirStore refuses (with
+// ErrNoFullBackup) a delta Put when it has no chain open for appends: after
+// a restart, until the first full Put, since the file on disk may end in a
+// torn frame after which nothing could be read back; and after a failed
+// Put, whose frame the next delta would build on, until the next full Put.
+// One process writes a directory at a time.
+//
+// Indices continue across chains and across restarts: a new store reads the
+// chain files for the last index, and skips one more after a torn frame,
+// whose index it cannot read. (A machine crash that lost several unsynced
+// frames can see their indices given out again, in a new chain file, where
+// they mislead nobody.) Indices may skip values after a failed Put or a
+// torn frame.
+//
+// Retention: after a full Put, the store keeps that chain and the newest one
+// before it whose full backup is intact (the fallback when the newest full
+// backup is damaged) and deletes the other chains. Files of the earlier
+// one-file-per-backup layout (backup-*.bin) are not read, and are deleted
+// with the older chains after the first full Put.
 // The item log (OpenItemLog) may share the directory; the two never touch
 // each other's files.
 //
-// DirStore is safe for concurrent use. It holds no open files, so it has no
-// Close.
+// DirStore is safe for concurrent use. It keeps the newest chain of each
+// key open; Close closes them, but is not needed for correctness (a chain's
+// file is closed when the next full backup replaces it or its job is
+// removed, and the operating system closes the rest at exit).
 type DirStore struct {
 	dir string
 	now func() time.Time // clock for BackupMeta.Created; a field so tests can fix it
 
-	mu   sync.Mutex // guards keys (the map only; each keyState has its own lock)
+	// mu guards keys (the map only; each keyState has its own lock) and
+	// removing. It is taken before a keyState's lock, never while holding one.
+	mu   sync.Mutex
 	keys map[Key]*keyState
+	// removing holds the jobs RemoveJob is deleting; each channel is closed
+	// when it is done. Calls for their keys wait for it.
+	removing map[string]chan struct{}
 }
 
-// keyState caches the listing of one key's directory, so Put and Usage do
-// not scan it. Chain rescans the disk and refreshes it.
+// keyState is what the store knows of one key's directory, so Put and
+// Usage do not scan it, and the chain open for appends.
 type keyState struct {
-	mu     sync.Mutex // held for a whole Put, Chain or Usage of the key
-	loaded bool       // files and dir are valid
-	dir    string     // the key's directory, "" until it exists
-	files  []backupFile
+	mu      sync.Mutex // held for a whole Put, Chain or Usage of the key
+	removed bool       // RemoveJob dropped this state: look the key up again
+	loaded  bool       // dir, files, legacy and next are valid
+	dir     string     // the key's directory, "" until it exists
+	files   []chainFile
+	legacy  []string // names of old-layout backup files, deleted after the next full Put
+	next    uint64   // the index the next Put assigns
+	// open is the file of files[len(files)-1], open for appends, when this
+	// process wrote its every frame and the last write succeeded; else nil
+	// and deltas are refused. open != nil implies loaded.
+	open *os.File
 }
 
-// backupFile is one backup as known from its name.
-type backupFile struct {
-	index uint64
-	full  bool
-	size  int64
+// chainFile is one chain file.
+type chainFile struct {
+	index  uint64 // of its full backup, from the name
+	frames int    // intact backups from its start
+	size   int64  // bytes
 }
 
 const (
+	chainPrefix = "chain-"
+	chainSuffix = ".bin"
+	// The earlier layout: one file per backup, written as a temporary file
+	// and renamed.
 	backupPrefix = "backup-"
 	tempPrefix   = ".backup-"
 	tempSuffix   = ".tmp"
 )
 
-func backupName(index uint64, full bool) string {
-	kind := "delta"
-	if full {
-		kind = "full"
-	}
-	return fmt.Sprintf("%s%020d-%s.bin", backupPrefix, index, kind)
+func chainName(index uint64) string {
+	return fmt.Sprintf("%s%020d%s", chainPrefix, index, chainSuffix)
 }
 
-// parseBackupName is the inverse of backupName; ok is false for any other name.
-func parseBackupName(name string) (index uint64, full, ok bool) {
-	rest, found := strings.CutPrefix(name, backupPrefix)
-	if !found || len(rest) < 21 || rest[20] != '-' {
-		return 0, false, false
+// parseChainName is the inverse of chainName; ok is false for any other name.
+func parseChainName(name string) (index uint64, ok bool) {
+	rest, found := strings.CutPrefix(name, chainPrefix)
+	if !found || len(rest) != 20+len(chainSuffix) || rest[20:] != chainSuffix {
+		return 0, false
 	}
 	index, err := strconv.ParseUint(rest[:20], 10, 64)
 	if err != nil || index == 0 {
-		return 0, false, false
+		return 0, false
 	}
-	switch rest[21:] {
-	case "full.bin":
-		return index, true, true
-	case "delta.bin":
-		return index, false, true
+	return index, true
+}
+
+// parseLegacyName recognises a backup file of the earlier layout,
+// backup-<20-digit index>-<full|delta>.bin, and returns its index.
+func parseLegacyName(name string) (index uint64, ok bool) {
+	rest, found := strings.CutPrefix(name, backupPrefix)
+	if !found || len(rest) < 21 || rest[20] != '-' || (rest[21:] != "full.bin" && rest[21:] != "delta.bin") {
+		return 0, false
 	}
-	return 0, false, false
+	index, err := strconv.ParseUint(rest[:20], 10, 64)
+	return index, err == nil
 }
 
 // NewDirStore opens (creating it if needed) a store in dir and deletes the
-// temporary files that interrupted Puts left behind.
+// temporary files that interrupted Puts of the earlier layout left behind.
 func NewDirStore(dir string) (*DirStore, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("ft: store: %w", err)
@@ -160,71 +201,202 @@ func NewDirStore(dir string) (*DirStore, error) {
 			return nil, fmt.Errorf("ft: store: removing stray temporary file: %w", err)
 		}
 	}
-	return &DirStore{dir: dir, now: time.Now, keys: make(map[Key]*keyState)}, nil
+	return &DirStore{dir: dir, now: time.Now, keys: make(map[Key]*keyState), removing: make(map[string]chan struct{})}, nil
 }
 
 // Dir returns the store's root directory.
 func (s *DirStore) Dir() string { return s.dir }
 
-func (s *DirStore) state(key Key) *keyState {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ks := s.keys[key]
-	if ks == nil {
-		ks = &keyState{}
-		s.keys[key] = ks
+// lock returns the state of key, locked.
+func (s *DirStore) lock(key Key) *keyState {
+	for {
+		s.mu.Lock()
+		if done := s.removing[key.Job]; done != nil {
+			s.mu.Unlock()
+			<-done
+			continue
+		}
+		ks := s.keys[key]
+		if ks == nil {
+			ks = &keyState{next: 1}
+			s.keys[key] = ks
+		}
+		s.mu.Unlock()
+		ks.mu.Lock()
+		if !ks.removed {
+			return ks
+		}
+		ks.mu.Unlock() // RemoveJob got there first; the map has a new state now
 	}
-	return ks
 }
 
-// load lists the key's directory into ks. Called with ks.mu held.
-func (s *DirStore) load(key Key, ks *keyState) error {
+// readChainFile reads one chain file and returns its usable backups: the
+// full one, whose index must be the one in the name, and the deltas after
+// it with consecutive indices. The first damage, if any, is in damage (the
+// backups before it are usable). err is an I/O error, fs.ErrNotExist
+// included.
+func readChainFile(path string, index uint64) (backups []Backup, size int64, damage *CorruptError, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	off := 0
+	for off < len(b) || len(backups) == 0 {
+		meta, data, n, doff, reason := decodeFrame(b[off:])
+		if reason == "" {
+			switch {
+			case len(backups) == 0 && (!meta.Full || meta.Index != index):
+				reason = fmt.Sprintf("the first backup has index %d, full %t; the name says full backup %d", meta.Index, meta.Full, index)
+			case len(backups) > 0 && (meta.Full || meta.Index != backups[len(backups)-1].Meta.Index+1):
+				reason = fmt.Sprintf("backup with index %d, full %t, out of order", meta.Index, meta.Full)
+			}
+		}
+		if reason != "" {
+			what := "full backup"
+			if len(backups) > 0 {
+				what = fmt.Sprintf("backup after index %d", backups[len(backups)-1].Meta.Index)
+			}
+			if doff > 0 {
+				reason += fmt.Sprintf(" (at byte %d)", int64(off)+doff)
+			}
+			// Offset is where the unusable bytes start: the whole frame,
+			// and every one after it.
+			return backups, int64(len(b)), &CorruptError{Path: path, Offset: int64(off), Reason: what + ": " + reason}, nil
+		}
+		backups = append(backups, Backup{Meta: meta, Data: data})
+		off += n
+	}
+	return backups, int64(len(b)), nil, nil
+}
+
+// survey lists the key's directory and reads its chain files newest first,
+// until it has found the newest recoverable chain, or all of them when
+// update is set: then ks is set from what is on disk. Called with ks.mu held.
+func (s *DirStore) survey(key Key, ks *keyState, update bool) (chain []Backup, skipped []error, err error) {
 	dir := key.dir(s.dir)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		ks.loaded, ks.dir, ks.files = true, "", nil
-		return nil
+		if update {
+			ks.loaded, ks.dir, ks.files, ks.legacy = true, "", nil, nil
+		}
+		return nil, nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	files := ks.files[:0]
+	var indices []uint64
+	var legacy []string
+	next := ks.next
 	for _, e := range entries {
-		index, full, ok := parseBackupName(e.Name())
-		if !ok || !e.Type().IsRegular() {
+		if !e.Type().IsRegular() {
 			continue
 		}
-		info, err := e.Info()
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			return err
+		if index, ok := parseChainName(e.Name()); ok {
+			indices = append(indices, index)
+		} else if index, ok := parseLegacyName(e.Name()); ok {
+			legacy = append(legacy, e.Name())
+			next = max(next, index+1)
 		}
-		files = append(files, backupFile{index: index, full: full, size: info.Size()})
 	}
 	// ReadDir sorts by name and names sort by index, but do not depend on it.
-	slices.SortFunc(files, func(a, b backupFile) int { return cmp.Compare(a.index, b.index) })
-	ks.loaded, ks.dir, ks.files = true, dir, files
-	return nil
+	slices.Sort(indices)
+	var files []chainFile // newest first
+	found := false
+	for i := len(indices) - 1; i >= 0 && (update || !found); i-- {
+		index := indices[i]
+		path := filepath.Join(dir, chainName(index))
+		backups, size, damage, err := readChainFile(path, index)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Gone since the listing: deleted by the retention of another
+			// process.
+			if !found {
+				skipped = append(skipped, &CorruptError{Path: path, Reason: "missing"})
+			}
+			continue
+		}
+		if err != nil {
+			return nil, skipped, err
+		}
+		// Indices go on after the name and the last intact backup, and after
+		// the one a torn frame after it would have had.
+		next = max(next, index+1)
+		if n := len(backups); n > 0 {
+			next = max(next, backups[n-1].Meta.Index+1)
+			if damage != nil {
+				next = max(next, backups[n-1].Meta.Index+2)
+			}
+		}
+		files = append(files, chainFile{index: index, frames: len(backups), size: size})
+		if found {
+			continue // only read for update
+		}
+		if damage != nil {
+			skipped = append(skipped, damage)
+		}
+		if len(backups) > 0 {
+			chain, found = backups, true
+		}
+	}
+	if update {
+		slices.Reverse(files)
+		ks.loaded, ks.dir, ks.files, ks.legacy, ks.next = true, dir, files, legacy, next
+	}
+	return chain, skipped, nil
 }
 
-// Put stores one backup. See Store.Put. A delta is refused with
-// ErrNoFullBackup when the key has no full backup at all.
+// load sets ks from the disk. Called with ks.mu held and ks.open nil.
+func (s *DirStore) load(key Key, ks *keyState) error {
+	_, _, err := s.survey(key, ks, true)
+	return err
+}
+
+// framePool holds buffers for framing small backups, so that a frame takes
+// one write.
+var framePool = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledFrame is the largest frame copied into one buffer; larger ones
+// are written in three pieces.
+const maxPooledFrame = 64 << 10
+
+// writeFrame writes head, data and tail to f and returns how many bytes
+// that is; an error means the frame may be partly written.
+func writeFrame(f *os.File, head, data, tail []byte) (int64, error) {
+	n := len(head) + len(data) + len(tail)
+	if n <= maxPooledFrame {
+		bp := framePool.Get().(*[]byte)
+		b := append(append(append((*bp)[:0], head...), data...), tail...)
+		_, err := f.Write(b)
+		*bp = b
+		framePool.Put(bp)
+		return int64(n), err
+	}
+	for _, b := range [][]byte{head, data, tail} {
+		if _, err := f.Write(b); err != nil {
+			return 0, err
+		}
+	}
+	return int64(n), nil
+}
+
+// Put stores one backup. See Store.Put. A full backup starts a new chain
+// file; a delta is appended to the open one, and refused with
+// ErrNoFullBackup when there is none (see DirStore).
 func (s *DirStore) Put(key Key, meta BackupMeta, data []byte) (BackupMeta, error) {
 	if err := key.validate(); err != nil {
 		return BackupMeta{}, err
 	}
-	ks := s.state(key)
-	ks.mu.Lock()
+	ks := s.lock(key)
 	defer ks.mu.Unlock()
 	if !ks.loaded {
 		if err := s.load(key, ks); err != nil {
 			return BackupMeta{}, fmt.Errorf("ft: put %s: %w", key, err)
 		}
 	}
-	if !meta.Full && !slices.ContainsFunc(ks.files, func(f backupFile) bool { return f.full }) {
-		return BackupMeta{}, fmt.Errorf("ft: put %s: %w", key, ErrNoFullBackup)
+	if !meta.Full && ks.open == nil {
+		if len(ks.files) == 0 {
+			return BackupMeta{}, fmt.Errorf("ft: put %s: %w", key, ErrNoFullBackup)
+		}
+		return BackupMeta{}, fmt.Errorf("ft: put %s: %w: no chain open for appends (a delta follows only a full backup this store wrote, with no failed Put since)", key, ErrNoFullBackup)
 	}
 	if ks.dir == "" {
 		dir, err := makeKeyDir(s.dir, key)
@@ -233,205 +405,182 @@ func (s *DirStore) Put(key Key, meta BackupMeta, data []byte) (BackupMeta, error
 		}
 		ks.dir = dir
 	}
-	meta.Index = 1
-	if n := len(ks.files); n > 0 {
-		meta.Index = ks.files[n-1].index + 1
-	}
+	meta.Index = ks.next
 	if meta.Created.IsZero() {
 		meta.Created = s.now().UTC()
 	}
-	size, err := writeBackup(ks.dir, backupName(meta.Index, meta.Full), meta, data, meta.Durable)
+	head, tail, err := backupParts(meta, data)
 	if err != nil {
-		// The file may be in place all the same (a failed directory fsync):
-		// list the directory again so the next Put never reuses its index.
-		ks.loaded = false
+		// Nothing written, but the caller has taken its snapshot all the
+		// same, and its next delta builds on this one: end the chain.
+		ks.closeOpen()
 		return BackupMeta{}, fmt.Errorf("ft: put %s: %w", key, err)
 	}
-	ks.files = append(ks.files, backupFile{index: meta.Index, full: meta.Full, size: size})
+	// From here the index is used up, whether the write succeeds or not.
+	ks.next++
 	if meta.Full {
-		ks.files = s.retain(ks.dir, ks.files)
+		err = s.putFull(ks, meta, head, data, tail)
+	} else {
+		err = putDelta(ks, meta, head, data, tail)
+	}
+	if err != nil {
+		return BackupMeta{}, fmt.Errorf("ft: put %s: %w", key, err)
 	}
 	return meta, nil
 }
 
-// writeBackup writes one backup file atomically and durably: temporary
-// file, fsync, rename, fsync of the directory.
-func writeBackup(dir, name string, meta BackupMeta, data []byte, durable bool) (int64, error) {
-	head, tail, err := backupParts(meta, data)
+// putFull starts a new chain with a full backup. Called with ks.mu held.
+func (s *DirStore) putFull(ks *keyState, meta BackupMeta, head, data, tail []byte) error {
+	// The chain before takes no more deltas whatever happens here: they
+	// build on this backup.
+	ks.closeOpen()
+	name := chainName(meta.Index)
+	path := filepath.Join(ks.dir, name)
+	// No temporary file and rename: a full backup torn by a crash fails its
+	// CRC, and Chain falls back to the previous chain.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return 0, err
+		ks.loaded = false // list the directory again before the next Put
+		return err
 	}
-	f, err := os.CreateTemp(dir, tempPrefix+"*"+tempSuffix)
+	size, err := writeFrame(f, head, data, tail)
+	if err == nil && meta.Durable {
+		if err = f.Sync(); err == nil {
+			err = syncDir(ks.dir)
+		}
+	}
 	if err != nil {
-		return 0, err
+		f.Close()
+		// Not a chain: an error means the backup is not stored. Should the
+		// removal fail, Chain passes the file over if it is torn, and the
+		// reload before the next Put accounts for it.
+		os.Remove(path)
+		ks.loaded = false
+		return err
 	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	for _, b := range [][]byte{head, data, tail} {
-		if _, err := f.Write(b); err != nil {
-			return 0, err
-		}
-	}
-	if durable {
-		if err := f.Sync(); err != nil {
-			return 0, err
-		}
-	}
-	if err := f.Close(); err != nil {
-		return 0, err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return 0, err
-	}
-	ok = true
-	if durable {
-		if err := syncDir(dir); err != nil {
-			return 0, err
-		}
-	}
-	return int64(len(head) + len(data) + len(tail)), nil
+	ks.open = f
+	ks.files = append(ks.files, chainFile{index: meta.Index, frames: 1, size: size})
+	s.retain(ks)
+	return nil
 }
 
-// retain deletes every backup older than the second newest full one and
-// returns what is left. A file that cannot be deleted stays listed and is
-// tried again after the next full Put.
-func (s *DirStore) retain(dir string, files []backupFile) []backupFile {
-	fulls := 0
-	cut := -1 // files[:cut] go
-	for i := len(files) - 1; i >= 0; i-- {
-		if files[i].full {
-			fulls++
-			if fulls == 2 {
-				cut = i
-				break
-			}
+// putDelta appends a delta to the open chain. Called with ks.mu held and
+// ks.open set.
+func putDelta(ks *keyState, meta BackupMeta, head, data, tail []byte) error {
+	cf := &ks.files[len(ks.files)-1]
+	n, err := writeFrame(ks.open, head, data, tail)
+	if err == nil && meta.Durable {
+		err = ks.open.Sync()
+	}
+	if err != nil {
+		// Drop what was written of the frame, if that works, and append
+		// no more to this chain: the next delta would build on this one.
+		ks.open.Truncate(cf.size)
+		ks.closeOpen()
+		ks.loaded = false
+		return err
+	}
+	cf.frames++
+	cf.size += n
+	return nil
+}
+
+// closeOpen closes the chain file open for appends, if any. Its frames
+// were all written (and synced when asked for): a late error of close
+// changes nothing for them.
+func (ks *keyState) closeOpen() {
+	if ks.open != nil {
+		ks.open.Close()
+		ks.open = nil
+	}
+}
+
+// retain keeps the newest chain and the fallback, the newest chain before
+// it whose full backup is intact, and deletes the other chain files (older,
+// or with a damaged full backup) and the files of the earlier layout. A
+// file that cannot be deleted stays listed and is tried again after the
+// next full Put. Called with ks.mu held.
+func (s *DirStore) retain(ks *keyState) {
+	fallback := -1
+	for i := len(ks.files) - 2; i >= 0 && fallback < 0; i-- {
+		if ks.files[i].frames > 0 {
+			fallback = i
 		}
 	}
-	if cut <= 0 {
-		return files
-	}
-	kept := files[:0]
-	for i, f := range files {
-		if i < cut {
-			err := os.Remove(filepath.Join(dir, backupName(f.index, f.full)))
+	kept := ks.files[:0]
+	for i, f := range ks.files {
+		if i != fallback && i != len(ks.files)-1 {
+			err := os.Remove(filepath.Join(ks.dir, chainName(f.index)))
 			if err == nil || errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
 		}
 		kept = append(kept, f)
 	}
-	return kept
+	clear(ks.files[len(kept):])
+	ks.files = kept
+	legacy := ks.legacy[:0]
+	for _, name := range ks.legacy {
+		if err := os.Remove(filepath.Join(ks.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			legacy = append(legacy, name)
+		}
+	}
+	ks.legacy = legacy
 }
 
 // Chain returns the newest recoverable chain of key. See Store.Chain. It
-// reads the directory afresh, so it also sees files another process wrote.
+// reads the directory and the files afresh, so it also sees what another
+// process wrote. Damage is reported per chain file: a damaged full backup
+// skips the file, a damaged delta ends the chain; the CorruptError's
+// Offset is where the damaged frame starts.
 func (s *DirStore) Chain(key Key) (chain []Backup, skipped []error, err error) {
 	if err := key.validate(); err != nil {
 		return nil, nil, err
 	}
-	ks := s.state(key)
-	ks.mu.Lock()
+	ks := s.lock(key)
 	defer ks.mu.Unlock()
-	if err := s.load(key, ks); err != nil {
-		return nil, nil, fmt.Errorf("ft: chain %s: %w", key, err)
-	}
-	files := ks.files
-	// Try full backups newest first; a damaged one falls back to the one before.
-	for i := len(files) - 1; i >= 0; i-- {
-		if !files[i].full {
-			continue
-		}
-		full, err := readBackup(ks.dir, files[i])
-		if err != nil {
-			if !errors.Is(err, ErrCorrupt) {
-				return nil, skipped, fmt.Errorf("ft: chain %s: %w", key, err)
-			}
-			skipped = append(skipped, err)
-			continue
-		}
-		chain = append(chain, full)
-		// Its deltas: contiguous indices up to the next full backup. Deltas
-		// after a newer (damaged) full belong to that one and must not be
-		// applied to this state.
-		prev := files[i].index
-		for _, f := range files[i+1:] {
-			if f.full {
-				break
-			}
-			if f.index != prev+1 {
-				skipped = append(skipped, &CorruptError{
-					Path:   filepath.Join(ks.dir, backupName(prev+1, false)),
-					Reason: fmt.Sprintf("missing; deltas from %d on are not applied", f.index),
-				})
-				break
-			}
-			d, err := readBackup(ks.dir, f)
-			if err != nil {
-				if !errors.Is(err, ErrCorrupt) {
-					return nil, skipped, fmt.Errorf("ft: chain %s: %w", key, err)
-				}
-				skipped = append(skipped, err)
-				break
-			}
-			chain = append(chain, d)
-			prev = f.index
-		}
-		return chain, skipped, nil
-	}
-	return nil, skipped, nil
-}
-
-// readBackup reads and checks one backup file. Damage is a *CorruptError;
-// any other error is an I/O error.
-func readBackup(dir string, f backupFile) (Backup, error) {
-	path := filepath.Join(dir, backupName(f.index, f.full))
-	b, err := os.ReadFile(path)
+	// With a chain open, this process is the writer and its state stands;
+	// else what is on disk is the state.
+	chain, skipped, err = s.survey(key, ks, ks.open == nil)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return Backup{}, &CorruptError{Path: path, Reason: "missing"}
-		}
-		return Backup{}, err
+		return nil, skipped, fmt.Errorf("ft: chain %s: %w", key, err)
 	}
-	meta, data, off, reason := decodeBackup(b)
-	if reason == "" && (meta.Index != f.index || meta.Full != f.full) {
-		reason = fmt.Sprintf("metadata says index %d full=%t, the name says index %d full=%t", meta.Index, meta.Full, f.index, f.full)
-	}
-	if reason != "" {
-		return Backup{}, &CorruptError{Path: path, Offset: off, Reason: reason}
-	}
-	return Backup{Meta: meta, Data: data}, nil
+	return chain, skipped, nil
 }
 
-// Usage reports the number and total size of key's backup files.
+// Usage reports the number of backups (frames intact from the start of
+// their file) and the total size of key's chain files.
 func (s *DirStore) Usage(key Key) (count int, bytes int64) {
 	if key.validate() != nil {
 		return 0, 0
 	}
-	ks := s.state(key)
-	ks.mu.Lock()
+	ks := s.lock(key)
 	defer ks.mu.Unlock()
 	if !ks.loaded && s.load(key, ks) != nil {
 		return 0, 0
 	}
 	for _, f := range ks.files {
+		count += f.frames
 		bytes += f.size
 	}
-	return len(ks.files), bytes
+	return count, bytes
 }
 
 // RemoveJob deletes every backup and item log of job. Item logs of the job
-// must be closed first.
+// must be closed first. Calls for the job's keys wait until it is done.
 func (s *DirStore) RemoveJob(job string) error {
 	if err := validJob(job); err != nil {
 		return err
 	}
 	s.mu.Lock()
+	for s.removing[job] != nil { // another RemoveJob of the job
+		done := s.removing[job]
+		s.mu.Unlock()
+		<-done
+		s.mu.Lock()
+	}
+	done := make(chan struct{})
+	s.removing[job] = done
 	var states []*keyState
 	for k, ks := range s.keys {
 		if k.Job == job {
@@ -440,11 +589,18 @@ func (s *DirStore) RemoveJob(job string) error {
 		}
 	}
 	s.mu.Unlock()
-	// Wait for Puts in flight, and leave their states unusable by anyone
-	// still holding them (they reload from disk).
+	defer func() {
+		s.mu.Lock()
+		delete(s.removing, job)
+		close(done)
+		s.mu.Unlock()
+	}()
+	// Wait for the calls in flight; whoever holds a state next looks the
+	// key up again, and waits for done.
 	for _, ks := range states {
 		ks.mu.Lock()
-		ks.loaded = false
+		ks.closeOpen()
+		ks.removed, ks.loaded = true, false
 		ks.mu.Unlock()
 	}
 	if err := os.RemoveAll(filepath.Join(s.dir, job)); err != nil {
@@ -454,4 +610,21 @@ func (s *DirStore) RemoveJob(job string) error {
 		return fmt.Errorf("ft: remove job %s: %w", job, err)
 	}
 	return nil
+}
+
+// Close closes the chain files open for appends. The store stays usable:
+// until its next full Put, a key refuses deltas, as after a restart.
+func (s *DirStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, ks := range s.keys {
+		ks.mu.Lock()
+		if ks.open != nil {
+			errs = append(errs, ks.open.Close())
+			ks.open = nil
+		}
+		ks.mu.Unlock()
+	}
+	return errors.Join(errs...)
 }

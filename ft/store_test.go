@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,10 +17,18 @@ import (
 
 func newTestStore(t *testing.T) *DirStore {
 	t.Helper()
-	s, err := NewDirStore(t.TempDir())
+	return openTestStore(t, t.TempDir())
+}
+
+// openTestStore opens a store in dir with a fixed clock, closed at the end
+// of the test.
+func openTestStore(t *testing.T, dir string) *DirStore {
+	t.Helper()
+	s, err := NewDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	s.now = func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
 	return s
 }
@@ -56,8 +66,51 @@ func chainString(t *testing.T, chain []Backup) string {
 	return strings.Join(parts, " ")
 }
 
-func backupPath(s *DirStore, key Key, index uint64, full bool) string {
-	return filepath.Join(key.dir(s.Dir()), backupName(index, full))
+// chainPath is the file of the chain whose full backup has index.
+func chainPath(s *DirStore, key Key, index uint64) string {
+	return filepath.Join(key.dir(s.Dir()), chainName(index))
+}
+
+// frameEnds returns the offset where each frame of a chain file ends, and
+// fails the test unless the file is wholly intact frames.
+func frameEnds(t *testing.T, b []byte) []int {
+	t.Helper()
+	var ends []int
+	for off := 0; off < len(b); {
+		_, _, n, _, reason := decodeFrame(b[off:])
+		if reason != "" {
+			t.Fatalf("frame at %d: %s", off, reason)
+		}
+		off += n
+		ends = append(ends, off)
+	}
+	return ends
+}
+
+// chainFiles lists the chain files of key, oldest first.
+func chainFiles(t *testing.T, s *DirStore, key Key) []string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(key.dir(s.Dir()), chainPrefix+"*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range names {
+		names[i] = filepath.Base(n)
+	}
+	return names
+}
+
+// checkSkipped fails the test unless every skipped error is a
+// *CorruptError naming a chain file of key.
+func checkSkipped(t *testing.T, s *DirStore, key Key, skipped []error) {
+	t.Helper()
+	for _, e := range skipped {
+		var ce *CorruptError
+		if !errors.Is(e, ErrCorrupt) || !errors.As(e, &ce) || filepath.Dir(ce.Path) != key.dir(s.Dir()) ||
+			!strings.HasPrefix(filepath.Base(ce.Path), chainPrefix) || !strings.Contains(e.Error(), ce.Path) {
+			t.Errorf("skipped error %v: not a CorruptError naming a chain file", e)
+		}
+	}
 }
 
 func TestKeyString(t *testing.T) {
@@ -127,35 +180,78 @@ func TestStoreRoundTrip(t *testing.T) {
 		got.Meta.LastSeqs[1] != 1<<63 || got.Meta.Divergence != 0.25 || !got.Meta.Created.Equal(m.Created) {
 		t.Fatalf("round trip: got %+v", got.Meta)
 	}
-	if n, b := s.Usage(key); n != 1 || b != int64(backupOverhead+len(data))+int64(len(mustJSON(t, m))) {
-		t.Fatalf("Usage = %d, %d", n, b)
+	fullSize := int64(backupOverhead+len(data)) + int64(len(mustJSON(t, m)))
+	if n, b := s.Usage(key); n != 1 || b != fullSize {
+		t.Fatalf("Usage = %d, %d, want 1, %d", n, b, fullSize)
 	}
 	// An empty delta and an empty full backup are fine.
-	put(t, s, key, false, 2)
-	if _, err := s.Put(key, BackupMeta{}, nil); err != nil {
+	d := put(t, s, key, false, 2)
+	e, err := s.Put(key, BackupMeta{}, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	chain, _, _ = s.Chain(key)
-	if len(chain) != 3 || len(chain[2].Data) != 0 {
+	if len(chain) != 3 || len(chain[2].Data) != 0 || chainString(t, chain[:2]) != string(data)+" delta-2" {
 		t.Fatalf("chain with empty delta: %d", len(chain))
+	}
+	// One file holds the chain; Usage counts its backups and bytes.
+	if names := chainFiles(t, s, key); len(names) != 1 || names[0] != chainName(1) {
+		t.Fatalf("chain files %v", names)
+	}
+	wantSize := fullSize + int64(2*backupOverhead+len("delta-2")) + int64(len(mustJSON(t, d))+len(mustJSON(t, e)))
+	if fi, err := os.Stat(chainPath(s, key, 1)); err != nil || fi.Size() != wantSize {
+		t.Fatalf("chain file: %v, %v, want %d bytes", fi, err, wantSize)
+	}
+	if n, b := s.Usage(key); n != 3 || b != wantSize {
+		t.Fatalf("Usage = %d, %d, want 3, %d", n, b, wantSize)
+	}
+	if _, err := s.Put(key, BackupMeta{Full: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if chain, _, _ = s.Chain(key); len(chain) != 1 || chain[0].Meta.Index != 4 || len(chain[0].Data) != 0 {
+		t.Fatalf("empty full: %+v", chain)
 	}
 	// Other keys of the job are independent; the global key too.
 	g := Key{"job.1", GlobalPartition}
 	if m := put(t, s, g, true, 1); m.Index != 1 {
 		t.Fatalf("global key index %d", m.Index)
 	}
-	if _, err := os.Stat(filepath.Join(s.Dir(), "job.1", "global", backupName(1, true))); err != nil {
+	if _, err := os.Stat(filepath.Join(s.Dir(), "job.1", "global", chainName(1))); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStoreRefusesNonFinite: JSON has no NaN, so Put refuses it, writes
+// nothing, and ends the open chain (the caller's next delta would build on
+// the backup that was refused).
+func TestStoreRefusesNonFinite(t *testing.T) {
+	s := newTestStore(t)
+	key := Key{"j", 0}
+	put(t, s, key, true, 1)
+	for _, full := range []bool{false, true} {
+		if _, err := s.Put(key, BackupMeta{Full: full, Divergence: math.NaN()}, []byte("x")); err == nil {
+			t.Fatal("NaN divergence accepted")
+		}
+		if _, err := s.Put(key, BackupMeta{}, []byte("d")); !errors.Is(err, ErrNoFullBackup) {
+			t.Fatalf("delta after a refused Put: %v, want ErrNoFullBackup", err)
+		}
+	}
+	if m := put(t, s, key, true, 2); m.Index != 2 {
+		t.Fatalf("index %d after refused Puts, want 2", m.Index)
+	}
+	chain, skipped, err := s.Chain(key)
+	if got := chainString(t, chain); got != "full-2" || len(skipped) != 0 || err != nil {
+		t.Fatalf("chain %q %v %v", got, skipped, err)
 	}
 }
 
 func TestStoreChain(t *testing.T) {
 	// Each case writes a sequence of backups ("F" full, "d" delta), damages
 	// some by index, and expects a chain (as chainString) and a number of
-	// skipped files.
+	// skipped errors.
 	type damage struct {
 		index uint64
-		how   string // "flip", "truncate", "remove", "rename"
+		how   string // see below
 	}
 	for _, tc := range []struct {
 		name    string
@@ -169,40 +265,70 @@ func TestStoreChain(t *testing.T) {
 		{name: "newest full wins", seq: "FddFd", want: "full-4 delta-5"},
 		{name: "newest full damaged", seq: "FddFd", damage: []damage{{4, "flip"}}, want: "full-1 delta-2 delta-3", skipped: 1},
 		{name: "newest full torn", seq: "FdF", damage: []damage{{3, "truncate"}}, want: "full-1 delta-2", skipped: 1},
+		{name: "newest full torn before its deltas", seq: "FdFdd", damage: []damage{{3, "truncate"}}, want: "full-1 delta-2", skipped: 1},
+		{name: "newest chain file empty", seq: "FdF", damage: []damage{{3, "empty"}}, want: "full-1 delta-2", skipped: 1},
+		{name: "newest chain file removed", seq: "FdFd", damage: []damage{{3, "remove"}}, want: "full-1 delta-2"},
 		{name: "delta damaged in the middle", seq: "Fdddd", damage: []damage{{3, "flip"}}, want: "full-1 delta-2", skipped: 1},
 		{name: "delta torn", seq: "Fdd", damage: []damage{{3, "truncate"}}, want: "full-1 delta-2", skipped: 1},
-		{name: "delta missing", seq: "Fdddd", damage: []damage{{3, "remove"}}, want: "full-1 delta-2", skipped: 1},
+		{name: "delta torn in the middle", seq: "Fddd", damage: []damage{{3, "truncate"}}, want: "full-1 delta-2", skipped: 1},
 		{name: "first delta damaged", seq: "Fd", damage: []damage{{2, "flip"}}, want: "full-1", skipped: 1},
 		{name: "both fulls damaged", seq: "FdFd", damage: []damage{{1, "flip"}, {3, "flip"}}, want: "", skipped: 2},
 		{name: "fallback chain with damaged delta", seq: "FddFd", damage: []damage{{4, "truncate"}, {3, "flip"}}, want: "full-1 delta-2", skipped: 2},
-		{name: "file renamed to another index", seq: "Fdd", damage: []damage{{3, "rename"}}, want: "full-1 delta-2", skipped: 1},
+		{name: "damage in the newest chain's delta only", seq: "FdFdd", damage: []damage{{5, "flip"}}, want: "full-3 delta-4", skipped: 1},
+		{name: "chain file under another index", seq: "FdFd", damage: []damage{{3, "copy-previous"}}, want: "full-1 delta-2", skipped: 1},
+		{name: "delta repeated", seq: "Fdd", damage: []damage{{3, "repeat"}}, want: "full-1 delta-2 delta-3", skipped: 1},
+		{name: "full inside a chain", seq: "FdFd", damage: []damage{{3, "merge"}}, want: "full-1 delta-2", skipped: 1},
+		{name: "trailing byte", seq: "Fd", damage: []damage{{2, "trailing"}}, want: "full-1 delta-2", skipped: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestStore(t)
 			key := Key{"j", 0}
+			fullOf := make([]uint64, len(tc.seq)+1) // index of the full backup of each chain
 			for i, c := range tc.seq {
 				m := put(t, s, key, c == 'F', i+1)
 				if m.Index != uint64(i+1) {
 					t.Fatalf("index %d, want %d", m.Index, i+1)
 				}
+				fullOf[i+1] = fullOf[i]
+				if c == 'F' {
+					fullOf[i+1] = m.Index
+				}
 			}
 			for _, d := range tc.damage {
-				full := tc.seq[d.index-1] == 'F'
-				p := backupPath(s, key, d.index, full)
-				b, err := os.ReadFile(p)
-				if err != nil {
-					t.Fatal(err)
+				full := fullOf[d.index]
+				p := chainPath(s, key, full)
+				b := mustReadFile(t, p)
+				ends := frameEnds(t, b)
+				k := d.index - full // the frame's position in its file
+				start, end := 0, ends[k]
+				if k > 0 {
+					start = ends[k-1]
 				}
+				var err error
 				switch d.how {
 				case "flip":
-					b[len(b)/2] ^= 0x10
+					b[(start+end)/2] ^= 0x10
 					err = os.WriteFile(p, b, 0o644)
-				case "truncate":
-					err = os.WriteFile(p, b[:len(b)-3], 0o644)
+				case "truncate": // cut the frame, and what follows it
+					err = os.WriteFile(p, b[:end-3], 0o644)
+				case "empty": // a crash right after the file was created
+					err = os.WriteFile(p, nil, 0o644)
 				case "remove":
 					err = os.Remove(p)
-				case "rename": // a valid file under the wrong name: meta and name disagree
-					err = os.WriteFile(p, mustReadFile(t, backupPath(s, key, d.index-1, false)), 0o644)
+				case "copy-previous": // a valid chain under the wrong name
+					err = os.WriteFile(p, mustReadFile(t, chainPath(s, key, fullOf[full-1])), 0o644)
+				case "repeat": // the frame again after itself
+					err = os.WriteFile(p, append(b[:end:end], b[start:end]...), 0o644)
+				case "merge": // the chain appended to the previous one
+					prev := chainPath(s, key, fullOf[full-1])
+					err = os.WriteFile(prev, append(mustReadFile(t, prev), b...), 0o644)
+					if err == nil {
+						err = os.Remove(p)
+					}
+				case "trailing":
+					err = os.WriteFile(p, append(b, 0), 0o644)
+				default:
+					t.Fatalf("damage %q", d.how)
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -218,71 +344,138 @@ func TestStoreChain(t *testing.T) {
 			if len(skipped) != tc.skipped {
 				t.Errorf("skipped = %v, want %d", skipped, tc.skipped)
 			}
-			for _, e := range skipped {
-				if !errors.Is(e, ErrCorrupt) || !strings.Contains(e.Error(), "backup-") {
-					t.Errorf("skipped error %v: not ErrCorrupt or names no file", e)
-				}
-			}
+			checkSkipped(t, s, key, skipped)
 		})
 	}
 }
 
-// TestStoreTruncatedEverywhere cuts a small backup at every byte offset:
-// Chain never returns it and never panics.
+// TestStoreTornDelta: a delta torn by a crash ends the chain, and the
+// skipped error names the file and the byte where the torn frame starts.
+func TestStoreTornDelta(t *testing.T) {
+	s := newTestStore(t)
+	key := Key{"j", 0}
+	put(t, s, key, true, 1)
+	put(t, s, key, false, 2)
+	put(t, s, key, false, 3)
+	p := chainPath(s, key, 1)
+	b := mustReadFile(t, p)
+	ends := frameEnds(t, b)
+	if err := os.WriteFile(p, b[:len(b)-5], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	chain, skipped, err := s.Chain(key)
+	if got := chainString(t, chain); got != "full-1 delta-2" || err != nil {
+		t.Fatalf("chain %q, %v", got, err)
+	}
+	var ce *CorruptError
+	if len(skipped) != 1 || !errors.As(skipped[0], &ce) {
+		t.Fatalf("skipped %v", skipped)
+	}
+	if ce.Path != p || ce.Offset != int64(ends[1]) || !strings.Contains(ce.Reason, "after index 2") {
+		t.Fatalf("skipped %+v, want %s at byte %d", ce, p, ends[1])
+	}
+}
+
+// TestStoreTruncatedEverywhere cuts the newest chain file at every byte
+// offset: Chain never panics, returns exactly the frames wholly before the
+// cut, falls back to the previous chain when the full backup is cut, and
+// reports the cut unless it falls between frames.
 func TestStoreTruncatedEverywhere(t *testing.T) {
 	s := newTestStore(t)
 	key := Key{"j", 0}
 	put(t, s, key, true, 1)
-	m := put(t, s, key, false, 2)
-	p := backupPath(s, key, m.Index, false)
+	put(t, s, key, false, 2)
+	put(t, s, key, true, 3)
+	put(t, s, key, false, 4)
+	put(t, s, key, false, 5)
+	p := chainPath(s, key, 3)
 	orig := mustReadFile(t, p)
-	for cut := 0; cut < len(orig); cut++ {
+	ends := frameEnds(t, orig)
+	if len(ends) != 3 {
+		t.Fatalf("%d frames in the newest chain", len(ends))
+	}
+	wants := []string{"full-1 delta-2", "full-3", "full-3 delta-4", "full-3 delta-4 delta-5"}
+	for cut := 0; cut <= len(orig); cut++ {
 		if err := os.WriteFile(p, orig[:cut], 0o644); err != nil {
 			t.Fatal(err)
 		}
-		chain, skipped, err := s.Chain(key)
-		if err != nil || chainString(t, chain) != "full-1" || len(skipped) != 1 {
-			t.Fatalf("cut at %d: chain %q, skipped %v, err %v", cut, chainString(t, chain), skipped, err)
+		whole := 0 // frames wholly before the cut
+		for whole < len(ends) && ends[whole] <= cut {
+			whole++
 		}
-	}
-	// Extra bytes after a valid file are damage too.
-	if err := os.WriteFile(p, append(orig, 0), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if chain, _, _ := s.Chain(key); len(chain) != 1 {
-		t.Fatalf("trailing byte accepted")
+		wantSkipped := 1
+		if whole > 0 && ends[whole-1] == cut {
+			wantSkipped = 0
+		}
+		chain, skipped, err := s.Chain(key)
+		if err != nil || chainString(t, chain) != wants[whole] || len(skipped) != wantSkipped {
+			t.Fatalf("cut at %d: chain %q, skipped %v, err %v; want %q", cut, chainString(t, chain), skipped, err, wants[whole])
+		}
+		checkSkipped(t, s, key, skipped)
 	}
 }
 
-// TestStoreRandomFlips flips random bits of a backup: the CRC (or a length
-// or magic check) always catches it.
+// TestStoreRandomFlips flips random bits of a chain file: the chain
+// returned is always the frames before the first damaged one (the previous
+// chain when the full backup is hit), never anything altered.
 func TestStoreRandomFlips(t *testing.T) {
 	s := newTestStore(t)
 	key := Key{"j", 0}
-	m, err := s.Put(key, BackupMeta{Full: true, LastSeqs: []uint64{1, 2, 3}}, bytes.Repeat([]byte("weights!"), 64))
-	if err != nil {
+	put(t, s, key, true, 1)
+	put(t, s, key, false, 2)
+	if _, err := s.Put(key, BackupMeta{Full: true, LastSeqs: []uint64{1, 2, 3}}, bytes.Repeat([]byte("weights!"), 64)); err != nil {
 		t.Fatal(err)
 	}
-	p := backupPath(s, key, m.Index, true)
+	put(t, s, key, false, 4)
+	put(t, s, key, false, 5)
+	p := chainPath(s, key, 3)
 	orig := mustReadFile(t, p)
+	ends := frameEnds(t, orig)
+	origChain, _, _ := s.Chain(key)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 2000; i++ {
 		b := bytes.Clone(orig)
+		first := len(b)
 		for range 1 + rng.IntN(3) {
-			b[rng.IntN(len(b))] ^= 1 << rng.IntN(8)
+			at := rng.IntN(len(b))
+			b[at] ^= 1 << rng.IntN(8)
+			first = min(first, at)
 		}
 		if bytes.Equal(b, orig) {
 			continue // two flips undid each other
 		}
-		if _, _, _, reason := decodeBackup(b); reason == "" {
-			t.Fatalf("flip %d not detected", i)
+		hit := 0 // the first damaged frame
+		for ends[hit] <= first {
+			hit++
 		}
-		if i%100 == 0 { // through the store too
+		start := 0
+		if hit > 0 {
+			start = ends[hit-1]
+		}
+		if _, _, _, _, reason := decodeFrame(b[start:]); reason == "" {
+			t.Fatalf("flip %d at byte %d not detected", i, first)
+		}
+		if i%20 == 0 { // through the store too
 			if err := os.WriteFile(p, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if chain, skipped, _ := s.Chain(key); len(chain) != 0 || len(skipped) != 1 {
-				t.Fatalf("flip %d: chain %d, skipped %d", i, len(chain), len(skipped))
+			chain, skipped, err := s.Chain(key)
+			if err != nil || len(skipped) != 1 {
+				t.Fatalf("flip %d: skipped %v, err %v", i, skipped, err)
+			}
+			if hit == 0 {
+				if got := chainString(t, chain); got != "full-1 delta-2" {
+					t.Fatalf("flip %d in the full backup: chain %q", i, got)
+				}
+				continue
+			}
+			if len(chain) != hit {
+				t.Fatalf("flip %d in frame %d: chain of %d", i, hit, len(chain))
+			}
+			for k, c := range chain {
+				if !bytes.Equal(c.Data, origChain[k].Data) || c.Meta.Index != origChain[k].Meta.Index {
+					t.Fatalf("flip %d: backup %d altered", i, k)
+				}
 			}
 		}
 	}
@@ -298,49 +491,90 @@ func TestStoreRetention(t *testing.T) {
 		put(t, s, key, false, 3*i+2)
 		n, b := s.Usage(key)
 		maxCount, maxBytes = max(maxCount, n), max(maxBytes, b)
+		if names := chainFiles(t, s, key); len(names) > 2 {
+			t.Fatalf("round %d: %d chain files %v", i, len(names), names)
+		}
 	}
-	// Two full chains of three files each at most.
+	// Two chains of three backups each.
 	if maxCount > 6 {
-		t.Errorf("up to %d files kept", maxCount)
+		t.Errorf("up to %d backups kept", maxCount)
 	}
-	entries, err := os.ReadDir(key.dir(s.Dir()))
-	if err != nil {
-		t.Fatal(err)
+	// The last full Put kept the chain before it, then 2 deltas followed:
+	// exactly the two newest chains are on disk.
+	names := chainFiles(t, s, key)
+	if want := []string{chainName(295), chainName(298)}; !slices.Equal(names, want) {
+		t.Errorf("chain files %v, want %v", names, want)
 	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
+	var size int64
+	for _, name := range names {
+		fi, err := os.Stat(filepath.Join(key.dir(s.Dir()), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		size += fi.Size()
 	}
-	// The last full Put kept the chain before it (3 files), then 2 deltas followed.
 	n, b := s.Usage(key)
-	if n != len(names) || n != 6 {
-		t.Errorf("Usage count %d, %d files on disk %v, want 6", n, len(names), names)
+	if n != 6 || b != size || b > maxBytes {
+		t.Errorf("Usage = %d, %d; want 6, %d (at most %d)", n, b, size, maxBytes)
 	}
-	if b > maxBytes {
-		t.Errorf("bytes %d", b)
+	// A new store counts the same.
+	if n2, b2 := openTestStore(t, s.Dir()).Usage(key); n2 != n || b2 != b {
+		t.Errorf("Usage after reopen = %d, %d; want %d, %d", n2, b2, n, b)
 	}
-	// The previous chain is kept: damage the newest full, recover from it.
-	chain, _, _ := s.Chain(key)
-	newest := chain[0].Meta.Index
-	if err := os.Remove(backupPath(s, key, newest, true)); err != nil {
+	// The previous chain is kept: remove the newest, recover from it.
+	if err := os.Remove(chainPath(s, key, 298)); err != nil {
 		t.Fatal(err)
 	}
-	chain, _, _ = s.Chain(key)
+	chain, _, _ := s.Chain(key)
 	if got := chainString(t, chain); got != "full-297 delta-298 delta-299" {
 		t.Errorf("fallback chain %q", got)
+	}
+}
+
+// TestStoreRetentionKeepsIntactFallback: a chain whose full backup is
+// damaged is no fallback; retention keeps the intact one before it.
+func TestStoreRetentionKeepsIntactFallback(t *testing.T) {
+	dir := t.TempDir()
+	key := Key{"j", 0}
+	s := openTestStore(t, dir)
+	put(t, s, key, true, 1)
+	put(t, s, key, false, 2)
+	put(t, s, key, true, 3)
+	put(t, s, key, false, 4)
+	// A machine crash tore the newest full backup.
+	p := chainPath(s, key, 3)
+	if err := os.WriteFile(p, mustReadFile(t, p)[:20], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The restart: recovery, then a full backup.
+	s2 := openTestStore(t, dir)
+	chain, skipped, _ := s2.Chain(key)
+	if got := chainString(t, chain); got != "full-1 delta-2" || len(skipped) != 1 {
+		t.Fatalf("chain %q %v", got, skipped)
+	}
+	m := put(t, s2, key, true, 5)
+	if names, want := chainFiles(t, s2, key), []string{chainName(1), chainName(m.Index)}; !slices.Equal(names, want) {
+		t.Fatalf("chain files %v, want %v", names, want)
+	}
+	if n, _ := s2.Usage(key); n != 3 {
+		t.Errorf("Usage %d, want 3", n)
+	}
+	// The next full backup makes the new chain the fallback.
+	m2 := put(t, s2, key, true, 6)
+	if names, want := chainFiles(t, s2, key), []string{chainName(m.Index), chainName(m2.Index)}; !slices.Equal(names, want) {
+		t.Fatalf("chain files %v, want %v", names, want)
 	}
 }
 
 func TestStoreIndicesContinueAfterReopen(t *testing.T) {
 	dir := t.TempDir()
 	key := Key{"j", 0}
-	s, err := NewDirStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTestStore(t, dir)
 	put(t, s, key, true, 1)
 	put(t, s, key, false, 2)
-	// An interrupted Put leaves a temporary file: a new store removes it.
+	put(t, s, key, false, 3)
+	// An interrupted Put of the earlier layout left a temporary file: a new
+	// store removes it.
 	tmp := filepath.Join(key.dir(dir), tempPrefix+"123"+tempSuffix)
 	if err := os.WriteFile(tmp, []byte("half a backup"), 0o644); err != nil {
 		t.Fatal(err)
@@ -350,26 +584,193 @@ func TestStoreIndicesContinueAfterReopen(t *testing.T) {
 	if err := os.WriteFile(other, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := NewDirStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := openTestStore(t, dir)
 	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
 		t.Errorf("temporary file still there: %v", err)
 	}
 	if _, err := os.Stat(other); err != nil {
 		t.Errorf("foreign file removed: %v", err)
 	}
-	if m := put(t, s2, key, false, 3); m.Index != 3 {
-		t.Fatalf("index after reopen %d, want 3", m.Index)
+	if n, _ := s2.Usage(key); n != 3 {
+		t.Fatalf("Usage after reopen %d, want 3", n)
 	}
-	chain, skipped, err := s2.Chain(key)
-	if got := chainString(t, chain); got != "full-1 delta-2 delta-3" || len(skipped) != 0 || err != nil {
+	// The chain on disk may end in a torn frame: a new store appends
+	// nothing to it, and wants a full backup first.
+	if _, err := s2.Put(key, BackupMeta{}, []byte("d")); !errors.Is(err, ErrNoFullBackup) {
+		t.Fatalf("delta after reopen: %v, want ErrNoFullBackup", err)
+	}
+	if m := put(t, s2, key, true, 4); m.Index != 4 {
+		t.Fatalf("index after reopen %d, want 4", m.Index)
+	}
+	if m := put(t, s2, key, false, 5); m.Index != 5 {
+		t.Fatalf("delta index %d, want 5", m.Index)
+	}
+	// Chain reads the disk: the first store sees what the second wrote.
+	chain, skipped, err := s.Chain(key)
+	if got := chainString(t, chain); got != "full-4 delta-5" || len(skipped) != 0 || err != nil {
 		t.Fatalf("chain %q %v %v", got, skipped, err)
 	}
-	if n, _ := s2.Usage(key); n != 3 {
-		t.Fatalf("Usage %d", n)
+	// A store that is not writing the key also refreshes its Usage.
+	reader := openTestStore(t, dir)
+	reader.Usage(key)
+	put(t, s2, key, false, 6)
+	reader.Chain(key)
+	if n, b := reader.Usage(key); n != 6 {
+		n2, b2 := s2.Usage(key)
+		t.Fatalf("Usage of a reader after Chain %d, %d; the writer's %d, %d", n, b, n2, b2)
 	}
+	// A torn last frame: the next store goes on after the last intact one
+	// and the one torn, and the damaged chain stays the fallback.
+	p := chainPath(s2, key, 4)
+	b := mustReadFile(t, p)
+	if err := os.WriteFile(p, b[:len(b)-1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s3 := openTestStore(t, dir)
+	m := put(t, s3, key, true, 7)
+	if m.Index <= 6 {
+		t.Fatalf("index %d after a torn delta 6, want above 6", m.Index)
+	}
+	if err := os.Remove(chainPath(s3, key, m.Index)); err != nil {
+		t.Fatal(err)
+	}
+	chain, skipped, _ = s3.Chain(key)
+	if got := chainString(t, chain); got != "full-4 delta-5" || len(skipped) != 1 {
+		t.Fatalf("fallback chain %q %v", got, skipped)
+	}
+	// Indices also go on after a newest chain whose full backup is torn:
+	// the name counts.
+	if err := os.WriteFile(chainPath(s3, key, 20), []byte("MLSB"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if m := put(t, openTestStore(t, dir), key, true, 21); m.Index != 21 {
+		t.Fatalf("index %d after a torn chain 20, want 21", m.Index)
+	}
+}
+
+// TestStoreLegacyFiles: backup files of the one-file-per-backup layout are
+// not read, do not lower indices, and go with the first full Put.
+func TestStoreLegacyFiles(t *testing.T) {
+	dir := t.TempDir()
+	key := Key{"j", 0}
+	head, tail, err := backupParts(BackupMeta{Index: 7, Full: true, LastSeqs: []uint64{1}}, []byte("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(key.dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	legacy := filepath.Join(key.dir(dir), "backup-00000000000000000007-full.bin")
+	if err := os.WriteFile(legacy, slices.Concat(head, []byte("old"), tail), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := openTestStore(t, dir)
+	if chain, skipped, err := s.Chain(key); len(chain) != 0 || len(skipped) != 0 || err != nil {
+		t.Fatalf("Chain = %v, %v, %v; want nothing", chain, skipped, err)
+	}
+	if n, b := s.Usage(key); n != 0 || b != 0 {
+		t.Fatalf("Usage %d, %d", n, b)
+	}
+	if m := put(t, s, key, true, 1); m.Index != 8 {
+		t.Fatalf("index %d, want 8", m.Index)
+	}
+	if _, err := os.Stat(legacy); !os.IsNotExist(err) {
+		t.Fatalf("old layout file still there: %v", err)
+	}
+}
+
+// TestStoreFailedPut: after a Put that fails, deltas are refused until the
+// next full Put succeeds, and the failed backup is in no chain.
+func TestStoreFailedPut(t *testing.T) {
+	s := newTestStore(t)
+	key := Key{"j", 0}
+	put(t, s, key, true, 1)
+	put(t, s, key, false, 2)
+	// A delta whose write fails: swap the chain's file for a read-only one.
+	ks := s.lock(key)
+	ro, err := os.Open(chainPath(s, key, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks.open.Close()
+	ks.open = ro
+	ks.mu.Unlock()
+	if _, err := s.Put(key, BackupMeta{}, []byte("lost")); err == nil || errors.Is(err, ErrNoFullBackup) {
+		t.Fatalf("delta into a read-only file: %v", err)
+	}
+	if _, err := ro.Stat(); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("failed chain file left open: %v", err)
+	}
+	if _, err := s.Put(key, BackupMeta{}, []byte("d")); !errors.Is(err, ErrNoFullBackup) {
+		t.Fatalf("delta after a failed one: %v, want ErrNoFullBackup", err)
+	}
+	chain, skipped, _ := s.Chain(key)
+	if got := chainString(t, chain); got != "full-1 delta-2" || len(skipped) != 0 {
+		t.Fatalf("chain %q %v", got, skipped)
+	}
+	m := put(t, s, key, true, 4)
+	if m.Index <= 3 {
+		t.Fatalf("index %d reused", m.Index)
+	}
+	put(t, s, key, false, 5)
+	// A full backup that cannot be created: its file name is taken.
+	next := m.Index + 2
+	if err := os.WriteFile(chainPath(s, key, next), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(key, BackupMeta{Full: true}, []byte("full")); err == nil {
+		t.Fatal("full Put over an existing file succeeded")
+	}
+	// The chain before it takes no more deltas: they would build on the
+	// full backup that failed.
+	if _, err := s.Put(key, BackupMeta{}, []byte("d")); !errors.Is(err, ErrNoFullBackup) {
+		t.Fatalf("delta after a failed full: %v, want ErrNoFullBackup", err)
+	}
+	if m := put(t, s, key, true, 7); m.Index <= next {
+		t.Fatalf("index %d after the failed full, want above %d", m.Index, next)
+	}
+	if n, _ := s.Usage(key); n != 3 { // the chain of full-4 and this one
+		t.Errorf("Usage %d, want 3", n)
+	}
+}
+
+// TestStoreClosesReplacedChains: each full Put closes the previous chain's
+// file, so a long run holds one file per key open.
+func TestStoreClosesReplacedChains(t *testing.T) {
+	fds := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd")
+		}
+		return len(entries)
+	}
+	s := newTestStore(t)
+	keys := []Key{{"j", 0}, {"j", 1}}
+	for _, k := range keys {
+		put(t, s, k, true, 1)
+	}
+	before := fds()
+	for i := range 50 {
+		for _, k := range keys {
+			put(t, s, k, true, i)
+			put(t, s, k, false, i)
+		}
+	}
+	if after := fds(); after > before {
+		t.Errorf("%d open files after 100 chains, %d before", after, before)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := fds(); after != before-len(keys) {
+		t.Errorf("%d open files after Close, want %d", after, before-len(keys))
+	}
+	// Close leaves the store usable, as after a restart.
+	if _, err := s.Put(keys[0], BackupMeta{}, nil); !errors.Is(err, ErrNoFullBackup) {
+		t.Errorf("delta after Close: %v, want ErrNoFullBackup", err)
+	}
+	put(t, s, keys[0], true, 1)
+	put(t, s, keys[0], false, 2)
 }
 
 func TestStoreRemoveJob(t *testing.T) {
@@ -377,6 +778,7 @@ func TestStoreRemoveJob(t *testing.T) {
 	a0, a1, b0 := Key{"a", 0}, Key{"a", GlobalPartition}, Key{"b", 0}
 	for _, k := range []Key{a0, a1, b0} {
 		put(t, s, k, true, 1)
+		put(t, s, k, false, 2)
 	}
 	l, err := OpenItemLog(s.Dir(), a0)
 	if err != nil {
@@ -388,8 +790,18 @@ func TestStoreRemoveJob(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
+	old := s.lock(a0)
+	old.mu.Unlock()
+	open := old.open
 	if err := s.RemoveJob("a"); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := open.Stat(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("chain file of a removed job still open: %v", err)
+	}
+	// Whoever still holds the old state looks the key up again.
+	if !old.removed || s.keys[a0] != nil {
+		t.Errorf("state of a removed key still in use")
 	}
 	if _, err := os.Stat(filepath.Join(s.Dir(), "a")); !os.IsNotExist(err) {
 		t.Fatalf("job dir still there: %v", err)
@@ -398,20 +810,30 @@ func TestStoreRemoveJob(t *testing.T) {
 		if n, _ := s.Usage(k); n != 0 {
 			t.Errorf("Usage(%s) = %d after RemoveJob", k, n)
 		}
+		if _, err := s.Put(k, BackupMeta{}, nil); !errors.Is(err, ErrNoFullBackup) {
+			t.Errorf("delta after RemoveJob: %v, want ErrNoFullBackup", err)
+		}
 	}
-	if n, _ := s.Usage(b0); n != 1 {
+	if n, _ := s.Usage(b0); n != 2 {
 		t.Errorf("other job touched")
+	}
+	if m := put(t, s, b0, false, 3); m.Index != 3 {
+		t.Errorf("other job's chain: delta index %d", m.Index)
 	}
 	// The job can be created again from scratch.
 	if m := put(t, s, a0, true, 1); m.Index != 1 {
 		t.Errorf("index after RemoveJob %d", m.Index)
+	}
+	if chain, _, _ := s.Chain(a0); chainString(t, chain) != "full-1" {
+		t.Errorf("chain after RemoveJob %q", chainString(t, chain))
 	}
 	if err := s.RemoveJob("never-existed"); err != nil {
 		t.Errorf("RemoveJob of unknown job: %v", err)
 	}
 }
 
-// TestStoreConcurrentKeys runs Puts of different keys at once (race detector).
+// TestStoreConcurrentKeys runs Puts, Chains and Usages of different keys at
+// once, and a RemoveJob of another job (race detector).
 func TestStoreConcurrentKeys(t *testing.T) {
 	s := newTestStore(t)
 	var wg sync.WaitGroup
@@ -424,14 +846,30 @@ func TestStoreConcurrentKeys(t *testing.T) {
 					return
 				}
 				s.Usage(key)
+				if i%7 == 0 {
+					if _, _, err := s.Chain(key); err != nil {
+						t.Error(err)
+					}
+				}
 			}
 		})
 	}
+	wg.Go(func() {
+		for i := range 10 {
+			put(t, s, Key{"other", 0}, true, i)
+			if err := s.RemoveJob("other"); err != nil {
+				t.Error(err)
+			}
+		}
+	})
 	wg.Wait()
 	for p := range 8 {
 		chain, _, err := s.Chain(Key{"j", p})
 		if err != nil || chainString(t, chain) != "full-16 delta-17 delta-18 delta-19 delta-20" {
 			t.Errorf("p%d: %q %v", p, chainString(t, chain), err)
+		}
+		if n, _ := s.Usage(Key{"j", p}); n != 10 {
+			t.Errorf("p%d: Usage %d, want 10", p, n)
 		}
 	}
 }
@@ -454,24 +892,36 @@ func mustJSON(t *testing.T, m BackupMeta) []byte {
 	return head[backupHeaderLen : len(head)-8]
 }
 
-func FuzzDecodeBackup(f *testing.F) {
+func FuzzDecodeFrame(f *testing.F) {
 	head, tail, _ := backupParts(BackupMeta{Index: 1, Full: true, LastSeqs: []uint64{3}}, []byte("data"))
-	valid := append(append(head, "data"...), tail...)
+	valid := slices.Concat(head, []byte("data"), tail)
 	f.Add(valid)
 	f.Add(valid[:len(valid)-1])
+	f.Add(slices.Concat(valid, valid))
+	f.Add(append(slices.Clone(valid), 0))
 	f.Add([]byte("MLSB\x01\xff\xff\xff\xff"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		meta, data, off, reason := decodeBackup(b)
+		meta, data, n, off, reason := decodeFrame(b)
 		if reason != "" {
-			if off < 0 || off > int64(len(b)) {
-				t.Fatalf("offset %d outside the file", off)
+			if off < 0 || off > int64(len(b)) || n != 0 {
+				t.Fatalf("offset %d, n %d for a file of %d", off, n, len(b))
 			}
 			return
 		}
-		// What decodes is the data just before the CRC, and its meta encodes.
-		if !bytes.Equal(b[len(b)-4-len(data):len(b)-4], data) {
-			t.Fatalf("data is not the file's data")
+		if n < backupOverhead || n > len(b) {
+			t.Fatalf("frame of %d bytes in %d", n, len(b))
+		}
+		// What decodes is the data just before the CRC, the frame alone
+		// decodes the same, and its meta encodes.
+		if !bytes.Equal(b[n-4-len(data):n-4], data) {
+			t.Fatalf("data is not the frame's data")
+		}
+		if _, _, n2, _, reason := decodeFrame(b[:n]); n2 != n || reason != "" {
+			t.Fatalf("the frame alone: %d, %q", n2, reason)
+		}
+		if _, _, _, _, reason := decodeFrame(b[:n-1]); reason == "" {
+			t.Fatalf("a frame less its last byte decodes")
 		}
 		if _, _, err := backupParts(meta, data); err != nil {
 			t.Fatal(err)

@@ -88,6 +88,9 @@ type stateUnit struct {
 	sinceBackup int64          // events folded into the state since its last backup
 	atRisk      int64          // of those, the ones not in the item log
 	deltas      int            // delta backups since the last full one
+	// failed is set by the writer when a backup could not be stored: a
+	// delta builds on the backup before it, so the next one must be full.
+	failed atomic.Bool
 
 	theta  atomic.Uint64 // θ as float64 bits, for due
 	budget atomic.Int64  // l, for due
@@ -316,7 +319,7 @@ func (f *jobFT) resetWindow() {
 func (u *stateUnit) backup(full bool, div float64) {
 	f := u.f
 	f.mu.Lock()
-	if u.deltas >= f.spec.CompactEvery {
+	if u.deltas >= f.spec.CompactEvery || u.failed.Swap(false) {
 		full = true
 	}
 	if full {
@@ -355,6 +358,7 @@ func (f *jobFT) write(req backupReq) {
 	u := req.unit
 	meta, err := f.store.Put(u.key, req.meta, req.data)
 	if err != nil {
+		u.failed.Store(true)
 		f.errors.Add(1)
 		f.log.Error("fault tolerance: backup failed", "job", f.name, "unit", u.key, "err", err)
 		return

@@ -266,18 +266,20 @@ func TestDamagedBackupsAreSurvived(t *testing.T) {
 	p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
 	postGen(t, p.url(), gen.New(gen.Config{Seed: 24}), 20000, 1000)
 	kill9(t, p)
-	files, _ := filepath.Glob(filepath.Join(dir, "spam", "global", "backup-*"))
+	// One file per chain (a full backup and its deltas); two are kept.
+	files, _ := filepath.Glob(filepath.Join(dir, "spam", "global", "chain-*.bin"))
 	sort.Strings(files)
-	if len(files) < 3 {
-		t.Fatalf("only %d backups: %v", len(files), files)
+	if len(files) < 2 {
+		t.Fatalf("only %d backup chains: %v", len(files), files)
 	}
-	// Flip a byte in the newest, truncate the one before.
+	// Flip a byte in the newest chain, tear the last backup of the one
+	// before.
 	newest, before := files[len(files)-1], files[len(files)-2]
 	data, _ := os.ReadFile(newest)
 	data[len(data)/2] ^= 0xff
 	os.WriteFile(newest, data, 0o644)
 	data, _ = os.ReadFile(before)
-	os.WriteFile(before, data[:len(data)/3], 0o644)
+	os.WriteFile(before, data[:len(data)-3], 0o644)
 	// And tear the tail of an item log.
 	logs, _ := filepath.Glob(filepath.Join(dir, "spam", "*", "items-*.log"))
 	for _, l := range logs {
