@@ -109,7 +109,9 @@ func (c *shedCounters) add(s shedStats) {
 }
 
 // widen makes a top k's bounds hold despite shedding: a count may be
-// high by the extra weight and low by the events dropped.
+// high by the extra weight and low by the events dropped. (An event kept
+// with weight w at admission and shed late still stands for one event: the
+// other w−1 were shed at admission and are counted there.)
 func (c *shedCounters) widen(t *TopK) {
 	shed, extra := c.shed.Load(), c.extra.Load()
 	if shed == 0 && extra == 0 {

@@ -196,17 +196,19 @@ func b2i(b bool) int {
 // noisy to judge.
 func TestShedHeavyHittersStayUnbiased(t *testing.T) {
 	const (
-		runs     = 100
-		held     = 2000  // queued first, unshed
-		shedReq  = 8000  // then one request that sheds
-		keep     = 0.3   // its share kept
-		maxDelay = 100.0 // ms
+		runs    = 100
+		held    = 2000 // queued first, unshed
+		shedReq = 8000 // then one request that sheds
+		keep    = 0.3  // its share kept
+		// ms: long, so that no batch waits out max_delay/2 while the job is
+		// paused (shedding late would drop events of weight above 1).
+		maxDelay = 10_000.0
 	)
 	var rels []float64
 	for seed := uint64(1); seed <= runs; seed++ {
 		e := testEngine(t, Config{QueueSize: 1 << 20})
 		j := mustPut(t, e, Spec{Name: "h", Kind: "heavy_hitters", Input: "s", Partitions: 1,
-			Params: map[string]any{"field": "item", "k": 5, "counters": 1000}, Shed: &ShedSpec{MaxDelay: "100ms"}})
+			Params: map[string]any{"field": "item", "k": 5, "counters": 1000}, Shed: &ShedSpec{MaxDelay: "10s"}})
 		r := rand.New(rand.NewPCG(seed, 5))
 		z := rand.NewZipf(r, 1.2, 1, 199)
 		truth := map[string]uint64{}
@@ -233,7 +235,7 @@ func TestShedHeavyHittersStayUnbiased(t *testing.T) {
 			// not on the items whose estimates made them look top.
 			top, _ = j.TopK(WindowAll, 1000)
 			// Published once every kept event is counted with its weight.
-			if top.Total == j.accepted.Load()+j.shed.extra.Load() || time.Now().After(deadline) {
+			if top.Total == countedWeight(j) || time.Now().After(deadline) {
 				break
 			}
 			time.Sleep(time.Millisecond)
@@ -328,6 +330,59 @@ func TestStaleKeep(t *testing.T) {
 	}{{0, 1}, {50 * time.Millisecond, 1}, {100 * time.Millisecond, 1.0 / 16}, {500 * time.Millisecond, minKeep}} {
 		if got := staleKeep(c.age, d); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("staleKeep(%v, %v) = %v, want %v", c.age, d, got, c.want)
+		}
+	}
+}
+
+// countedWeight is the weight a heavy-hitter job counts once every kept
+// event is processed, when every event shed late had weight 1: the events
+// accepted and the weight added to those kept, less those shed late.
+func countedWeight(j *Job) uint64 {
+	return j.accepted.Load() + j.shed.extra.Load() - j.shed.late.Load()
+}
+
+// Heavy hitters shed late (a paused job, its batches past max_delay/2)
+// keep about 1% of the events with weight 100: every bound still holds the
+// true count.
+func TestStaleHeavyHitterBatchesKeepBounds(t *testing.T) {
+	const maxDelay = 10 * time.Millisecond
+	e := testEngine(t, Config{QueueSize: 1 << 16})
+	j := mustPut(t, e, Spec{Name: "h", Kind: "heavy_hitters", Input: "s", Partitions: 1,
+		Params: map[string]any{"field": "item", "k": 20, "counters": 500}, Shed: &ShedSpec{MaxDelay: maxDelay.String()}})
+	r := rand.New(rand.NewPCG(4, 2))
+	z := rand.NewZipf(r, 1.2, 1, 199)
+	truth := map[string]uint64{}
+	vs := make([]*fastjson.Value, 5000)
+	for i := range vs {
+		item := fmt.Sprintf("i%d", z.Uint64())
+		truth[item]++
+		vs[i], _ = fastjson.Parse(fmt.Sprintf(`{"item":%q}`, item))
+	}
+	j.Pause()
+	queued := time.Now()
+	commitValues(t, e, "s", vs)
+	for time.Since(queued) < 5*maxDelay {
+		time.Sleep(time.Millisecond)
+	}
+	j.Resume()
+	waitIdle(t, j)
+	var top TopK
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if top, _ = j.TopK(WindowAll, 500); top.Total == countedWeight(j) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("total %d, want %d", top.Total, countedWeight(j))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	st := j.Status(false).Shed
+	if st.Late < 4000 || st.Late != st.Shed || top.Shed != st.Shed {
+		t.Fatalf("shed %+v, top shed %d", st, top.Shed)
+	}
+	for _, it := range top.Items {
+		if c := truth[it.Key]; it.Lower > c || it.Upper < c {
+			t.Fatalf("%s: true %d outside [%d, %d]", it.Key, c, it.Lower, it.Upper)
 		}
 	}
 }
