@@ -295,16 +295,9 @@ func TestStaleBatchesShedAtTheHead(t *testing.T) {
 			labelled++
 		}
 	}
-	j.Pause()
-	queued := time.Now()
-	commitRecords(t, e, "s", recs)
 	// The batch must be older than max_delay/2 when the partition takes it:
 	// (5ms ÷ 50ms)^4 is below the 1% floor, so about 1% is kept.
-	for time.Since(queued) < 5*maxDelay {
-		time.Sleep(time.Millisecond)
-	}
-	j.Resume()
-	waitIdle(t, j)
+	queueStale(t, j, 5*maxDelay, func() { commitRecords(t, e, "s", recs) })
 	st := j.Status(false).Shed
 	if st == nil || st.Late != st.Shed || st.Late < uint64(labelled*9/10) || st.Late > uint64(labelled) {
 		t.Fatalf("shed %+v, want about all %d training events shed late", st, labelled)
@@ -358,14 +351,7 @@ func TestStaleHeavyHitterBatchesKeepBounds(t *testing.T) {
 		truth[item]++
 		vs[i], _ = fastjson.Parse(fmt.Sprintf(`{"item":%q}`, item))
 	}
-	j.Pause()
-	queued := time.Now()
-	commitValues(t, e, "s", vs)
-	for time.Since(queued) < 5*maxDelay {
-		time.Sleep(time.Millisecond)
-	}
-	j.Resume()
-	waitIdle(t, j)
+	queueStale(t, j, 5*maxDelay, func() { commitValues(t, e, "s", vs) })
 	var top TopK
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		if top, _ = j.TopK(WindowAll, 500); top.Total == countedWeight(j) {
@@ -385,4 +371,18 @@ func TestStaleHeavyHitterBatchesKeepBounds(t *testing.T) {
 			t.Fatalf("%s: true %d outside [%d, %d]", it.Key, c, it.Lower, it.Upper)
 		}
 	}
+}
+
+// queueStale queues events with commit while j is paused, holds them for
+// age, then lets j process them all.
+func queueStale(t *testing.T, j *Job, age time.Duration, commit func()) {
+	t.Helper()
+	j.Pause()
+	queued := time.Now()
+	commit()
+	for time.Since(queued) < age {
+		time.Sleep(time.Millisecond) // time passing, not synchronisation
+	}
+	j.Resume()
+	waitIdle(t, j)
 }
