@@ -15,27 +15,25 @@ import (
 // squares updated at every merge, O(1) per merged slot. It also remembers
 // which slots changed since the backup, for delta backups. Not safe for
 // concurrent use: the runtime serialises merges and backups of one model.
+//
+// A slot's weight at the backup and after the last merge live in the
+// model's own state, as two float32 in word offTracked, beside the words a
+// merge has just written: one cache line per merged slot, and the tracker
+// itself holds one bit per slot. (float32 is plenty for a distance that is
+// compared with θ; the sum telescopes exactly over the rounded values. Only
+// merges change an effective weight: a scale change in Learn rescales the
+// state so that the weight stays.)
 type Tracker struct {
-	m     *Model
-	slots []trackedSlot
-	sumSq float64
-	dirty []uint32
-}
-
-// trackedSlot keeps one slot's weights together, for one cache line per
-// merged slot. Only merges change an effective weight (a scale change in
-// Learn rescales the state so that the weight stays), so cur is the
-// weight now and the merge need not compute the weight before it.
-type trackedSlot struct {
-	backed float64 // effective weight at the last backup
-	cur    float64 // effective weight after the last merge
-	dirty  bool
+	m      *Model
+	sumSq  float64
+	dirty  []uint32
+	marked []uint64 // bit per slot: in dirty
 }
 
 // NewTracker starts tracking m from its current state, as if it had just
 // been backed up.
 func NewTracker(m *Model) *Tracker {
-	t := &Tracker{m: m, slots: make([]trackedSlot, m.nslots)}
+	t := &Tracker{m: m, marked: make([]uint64, (m.nslots+63)/64)}
 	t.Reset()
 	return t
 }
@@ -75,14 +73,23 @@ func (l *Learner) SyncTracked(t *Tracker) uint64 {
 }
 
 func (t *Tracker) changed(slot int, after float64) {
-	ts := &t.slots[slot]
-	b, before := ts.backed, ts.cur
-	t.sumSq += (after-b)*(after-b) - (before-b)*(before-b)
-	ts.cur = after
-	if !ts.dirty {
-		ts.dirty = true
+	p := &t.m.state[slot*stride+offTracked]
+	backed, before := unpackTracked(atomic.LoadUint64(p))
+	now := float32(after)
+	t.sumSq += sq(float64(now)-backed) - sq(before-backed)
+	atomic.StoreUint64(p, uint64(math.Float32bits(float32(backed)))<<32|uint64(math.Float32bits(now)))
+	if w, bit := slot>>6, uint64(1)<<(slot&63); t.marked[w]&bit == 0 {
+		t.marked[w] |= bit
 		t.dirty = append(t.dirty, uint32(slot))
 	}
+}
+
+func sq(x float64) float64 { return x * x }
+
+// unpackTracked splits word offTracked: the weight at the backup, and
+// after the last merge.
+func unpackTracked(v uint64) (backed, cur float64) {
+	return float64(math.Float32frombits(uint32(v >> 32))), float64(math.Float32frombits(uint32(v)))
 }
 
 // BackedUp restarts the divergence from the current state: call it once a
@@ -92,8 +99,10 @@ func (t *Tracker) BackedUp() []uint32 {
 	slices.Sort(t.dirty)
 	out := t.dirty
 	for _, s := range out {
-		ts := &t.slots[s]
-		ts.backed, ts.dirty = ts.cur, false
+		p := &t.m.state[int(s)*stride+offTracked]
+		cur := uint32(atomic.LoadUint64(p))
+		atomic.StoreUint64(p, uint64(cur)<<32|uint64(cur))
+		t.marked[s>>6] &^= 1 << (s & 63)
 	}
 	t.dirty = nil
 	t.sumSq = 0
@@ -103,10 +112,11 @@ func (t *Tracker) BackedUp() []uint32 {
 // Reset restarts tracking from the current state of every slot, after the
 // state was replaced (a recovery).
 func (t *Tracker) Reset() {
-	for s := range t.slots {
-		w := t.m.Weight(s)
-		t.slots[s] = trackedSlot{backed: w, cur: w}
+	for s := range t.m.nslots {
+		w := uint64(math.Float32bits(float32(t.m.Weight(s))))
+		atomic.StoreUint64(&t.m.state[s*stride+offTracked], w<<32|w)
 	}
+	clear(t.marked)
 	t.dirty = t.dirty[:0]
 	t.sumSq = 0
 }

@@ -14,7 +14,7 @@ const (
 	offB   = 1 // FTRL n; AdaGrad: sum of squared gradients; SGD: unused
 	offInv = 2 // adaptive only: 1/s, s = max |x| seen for the feature; 0 = never seen
 	// (the inverse is kept so that the hot path multiplies instead of dividing)
-	// word 3 is padding, reserved.
+	offTracked = 3 // with a Tracker (ftstate.go): the effective weight at the last backup and now, two float32; else unused
 )
 
 type optKind uint8
