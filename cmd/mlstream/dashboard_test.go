@@ -406,8 +406,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		&& Object.values(s.health).every(h => h === "ok" || h === "warn")`, s1, 15*time.Second)
 	// A join job's panel, from statuses shaped as join jobs report them,
 	// whole and with every field missing. No ticker samples them: they
-	// are not the service's jobs.
-	b.do("feeding the page join stats", chromedp.Evaluate[chromedp.Void](`[
+	// are not the service's jobs, so the page's poll of /v1/jobs (every
+	// 5 s) removes them again: each check feeds them first.
+	b.do("defining the join stats", chromedp.Evaluate[chromedp.Void](`window.feedJoinProbes = () => [
 		{name: "join-probe", kind: "join", streams: ["impressions", "clicks"], rates: {}, latency: {}, join: {
 			seen: 5000, sampled: 2500, matches: 1234, late: 1, expired: 700, evicted: 3, lost: 0, recoveries: 0,
 			match_rate: 56.5, state_tuples: 800, state_bytes: 65536, max_state_bytes: 1048576,
@@ -417,9 +418,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		{name: "join-sparse", kind: "join", join: {}},
 	].forEach(st => { onMessage({type: "stats", job: st.name, ts: Date.now(), dropped: 0, stats: st}); jobs.get(st.name).sampleBroken = {match: true}; })`))
 	b.waitFor("the join panel shows", `(() => {
+		feedJoinProbes();
 		const j = document.querySelector('section.job[data-job="join-probe"]'), sp = document.querySelector('section.job[data-job="join-sparse"]');
+		if (!j || !sp) return false;
+		const blocks = e => [...e.querySelectorAll("[data-block]")].filter(b => !b.hidden).map(b => b.dataset.block);
 		const f = k => j.querySelector('[data-f="' + k + '"]').textContent;
-		return s.blocks["join-probe"].includes("join") && s.blocks["join-sparse"].includes("join") && f("matches") === "1,234" && f("state_bytes") === "64.0 KiB / 1.0 MiB" && f("evictions") === "3"
+		return blocks(j).includes("join") && blocks(sp).includes("join") && f("matches") === "1,234" && f("state_bytes") === "64.0 KiB / 1.0 MiB" && f("evictions") === "3"
 			&& f("join_note").includes("95% intervals")
 			&& j.querySelectorAll("table.estimates tbody tr").length === 3 && j.querySelectorAll('[data-ticker="match"] tbody tr').length === 1
 			&& sp.querySelector('[data-f="matches"]').textContent === "–"; })()`, nil, 5*time.Second)
