@@ -351,7 +351,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		&& s.distinctPoints >= s0.distinctPoints + 3 && s.topk > 0 && s.distinct !== "–" && s.predictions > 0
 		&& s.ftBackups !== "–" && Object.values(s.health).every(h => h === "ok" || h === "warn")
 		&& s0.jobNames.every(j => /^[0-9.,]+ \((auto|fixed)\)$/.test(s.group[j] || "") && num(s.group[j].split(" ")[0]) >= 1)
-		&& s.groupPoints >= s0.groupPoints + 3 && s.consistency === s0.wantConsistency`, s0, 15*time.Second)
+		&& s.groupPoints >= s0.groupPoints + 3 && s.consistency === s0.wantConsistency`, s0, 30*time.Second)
 
 	// A phone and a laptop: nothing wider than the screen; at 1280 px the
 	// model's two charts sit side by side.
@@ -403,7 +403,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.waitFor("the restarted service's stats arrive", `s.created !== s0`, created, 10*time.Second)
 	s1 := b.state()
 	b.waitFor("counters climb after the restart", `num(s.processed) > num(s0.processed) && s.acc >= s0.acc + 2
-		&& Object.values(s.health).every(h => h === "ok" || h === "warn")`, s1, 15*time.Second)
+		&& Object.values(s.health).every(h => h === "ok" || h === "warn")`, s1, 30*time.Second)
 	// A join job's panel, from statuses shaped as join jobs report them,
 	// whole and with every field missing. No ticker samples them: they
 	// are not the service's jobs, so the page's poll of /v1/jobs (every
