@@ -91,6 +91,9 @@ type stateUnit struct {
 	// failed is set by the writer when a backup could not be stored: a
 	// delta builds on the backup before it, so the next one must be full.
 	failed atomic.Bool
+	// sizeHint is the size of the last delta and full backup and some, to
+	// size the next.
+	sizeHint [2]atomic.Int64
 
 	theta  atomic.Uint64 // θ as float64 bits, for due
 	budget atomic.Int64  // l, for due
@@ -337,11 +340,17 @@ func (u *stateUnit) backup(full bool, div float64) {
 	u.sinceBackup, u.atRisk = 0, 0
 	f.mu.Unlock()
 	var buf bytes.Buffer
+	hint := &u.sizeHint[0]
+	if full {
+		hint = &u.sizeHint[1]
+	}
+	buf.Grow(int(hint.Load())) // one allocation, not a doubling series
 	if err := u.op.BackupState(&buf, full); err != nil {
 		f.errors.Add(1)
 		f.log.Error("fault tolerance: snapshot failed", "job", f.name, "unit", u.key, "err", err)
 		return
 	}
+	hint.Store(int64(buf.Len()) + int64(buf.Len())/8)
 	f.backups <- backupReq{unit: u, meta: meta, data: buf.Bytes()}
 }
 

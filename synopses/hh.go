@@ -51,6 +51,7 @@ type HeavyHitters struct {
 	widen    uint64     // added to every upper bound (Widen)
 	div      uint64     // running max of count-backed since the backup
 	dirty    []int32    // counter ids changed since the backup
+	scratch  []byte     // BackupState's encoding, reused
 }
 
 // hhSlot is 32 bytes, half a cache line: what a tracked update reads (the
@@ -245,6 +246,7 @@ func (h *HeavyHitters) Clone() *HeavyHitters {
 	c.errs = slices.Clone(h.errs)
 	c.marked = slices.Clone(h.marked)
 	c.index = h.index.clone()
+	c.scratch = nil // h's own
 	return &c
 }
 
@@ -354,7 +356,8 @@ const hhMagic = "SSHH"
 // the previous backup (item, count, error) and the summary's totals; then
 // the divergence restarts from 0.
 func (h *HeavyHitters) BackupState(w io.Writer, full bool) error {
-	b := h.appendState(nil, full)
+	b := h.appendState(h.scratch[:0], full)
+	h.scratch = b
 	if _, err := w.Write(b); err != nil {
 		return err
 	}

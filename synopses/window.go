@@ -52,6 +52,10 @@ type windows[S ft.Stateful] struct {
 	clone    func(S) S
 	merge    func(dst, src S)
 	widen    func(S, uint64)
+
+	// scratch and state are backup's buffers, reused.
+	scratch []byte
+	state   byteBuf
 }
 
 func floorDiv(a, b int64) int64 {
@@ -216,7 +220,7 @@ const (
 )
 
 func (w *windows[S]) backup(out io.Writer, magic string, full bool) error {
-	b := appendHeader(nil, magic, full)
+	b := appendHeader(w.scratch[:0], magic, full)
 	for _, v := range []uint64{uint64(w.size), uint64(w.keep), w.late, w.dropped, w.nclosed, uint64(len(w.pend))} {
 		b = binary.AppendUvarint(b, v)
 	}
@@ -228,12 +232,12 @@ func (w *windows[S]) backup(out io.Writer, magic string, full bool) error {
 	}
 	l := w.list()
 	b = binary.AppendUvarint(b, uint64(len(l)))
-	var buf byteBuf
+	buf := &w.state
 	for _, x := range l {
 		b = binary.AppendVarint(b, x.idx)
 		f := full || x.fresh
 		buf.b = buf.b[:0]
-		if err := x.s.BackupState(&buf, f); err != nil {
+		if err := x.s.BackupState(buf, f); err != nil {
 			return err
 		}
 		if f {
@@ -241,8 +245,11 @@ func (w *windows[S]) backup(out io.Writer, magic string, full bool) error {
 		} else {
 			b = append(b, winDelta)
 		}
-		b = appendStr(b, string(buf.b))
+		// appendStr's encoding, without a string copy of the state.
+		b = binary.AppendUvarint(b, uint64(len(buf.b)))
+		b = append(b, buf.b...)
 	}
+	w.scratch = b
 	if _, err := out.Write(b); err != nil {
 		return err
 	}
