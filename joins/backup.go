@@ -32,7 +32,7 @@ func (j *Join) StateDivergence() float64 { return float64(j.div) }
 // counts of older tuples that changed) and the windows' sums.
 func (j *Join) BackupState(w io.Writer, full bool) error {
 	tail := j.frontAbs + uint64(j.n)
-	b := wire.AppendHeader(make([]byte, 0, 256), magic, full)
+	b := wire.AppendHeader(j.scratch[:0], magic, full)
 	b = j.appendCounters(b)
 	b = binary.AppendUvarint(b, j.frontAbs)
 	from := j.frontAbs
@@ -46,7 +46,7 @@ func (j *Join) BackupState(w io.Writer, full bool) error {
 	}
 	if !full {
 		// Counts of tuples in the previous backup that are still here.
-		var changed []uint64
+		changed := j.changed[:0]
 		for _, abs := range j.dirty {
 			if abs >= j.frontAbs && abs < from {
 				changed = append(changed, abs)
@@ -60,9 +60,11 @@ func (j *Join) BackupState(w io.Writer, full bool) error {
 			b = binary.LittleEndian.AppendUint32(b, uint32(t.m))
 			b = binary.LittleEndian.AppendUint32(b, t.win)
 		}
+		j.changed = changed
 	}
 	b = appendAccs(b, j.wins)
 	b = appendAccs(b, j.closed)
+	j.scratch = b
 	if _, err := w.Write(b); err != nil {
 		return err
 	}

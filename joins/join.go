@@ -164,6 +164,8 @@ type Join struct {
 	backedTail uint64   // absolute number past the last tuple in the last backup
 	dirty      []uint64 // absolute numbers of tuples whose counts changed since it
 	div        int64    // tuples added or removed since it
+	scratch    []byte   // BackupState's encoding, reused
+	changed    []uint64 // BackupState's list of changed counts, reused
 }
 
 // New returns an empty join.
