@@ -656,27 +656,29 @@ function wsURL(query) {
 
 // sample subscribes to one job's messages of one type, keeps the first n
 // (or what came within SAMPLE_WAIT) and unsubscribes: a ticker costs the
-// service a short burst every few seconds, not every message.
+// service a short burst every few seconds, not every message. refused says
+// the connection closed before it opened (the service refused the type);
+// one still opening when the time is up (a busy service) is not refused.
 function sample(job, type, n) {
   return new Promise(resolve => {
     const ws = new WebSocket(wsURL("jobs=" + encodeURIComponent(job) + "&types=" + type));
     const got = [];
     let opened = false, done = false;
-    const finish = () => {
+    const finish = refused => {
       if (done) return;
       done = true;
       clearTimeout(timer);
       ws.onmessage = ws.onclose = ws.onerror = null;
       if (ws.readyState <= WebSocket.OPEN) ws.close();
-      resolve({ ok: opened, msgs: got });
+      resolve({ ok: opened, refused: refused && !opened, msgs: got });
     };
-    const timer = setTimeout(finish, SAMPLE_WAIT);
+    const timer = setTimeout(() => finish(false), SAMPLE_WAIT);
     ws.onopen = () => { opened = true; };
     ws.onmessage = ev => {
       got.push(JSON.parse(ev.data));
-      if (got.length >= n) finish();
+      if (got.length >= n) finish(false);
     };
-    ws.onclose = ws.onerror = finish;
+    ws.onclose = ws.onerror = () => finish(true);
   });
 }
 
@@ -689,11 +691,12 @@ async function sampleTickers() {
     if (s.join || j.kind === "join") wants.push("match");
     for (const type of wants) {
       if (j.sampleBroken[type]) continue;
-      const { ok, msgs } = await sample(j.name, type, TICKER);
+      const { ok, refused, msgs } = await sample(j.name, type, TICKER);
       if (!jobs.has(j.name)) break;
       if (!ok) {
-        // A feed that refuses the type (an older service) is not asked again.
-        if (connected) j.sampleBroken[type] = true;
+        // A feed that refuses the type (an older service) is not asked
+        // again; one too busy to open in time is, next round.
+        if (refused && connected) j.sampleBroken[type] = true;
         continue;
       }
       if (type === "prediction") j.predictions(msgs);
