@@ -1,6 +1,7 @@
 package ft
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -102,8 +103,9 @@ var ErrNoFullBackup = errors.New("ft: delta backup without a full backup before 
 // Retention: after a full Put, the store keeps that chain and the newest one
 // before it whose full backup is intact (the fallback when the newest full
 // backup is damaged) and deletes the other chains. Files of the earlier
-// one-file-per-backup layout (backup-*.bin) are not read, and are deleted
-// with the older chains after the first full Put.
+// one-file-per-backup layout (backup-*.bin, a data directory of an earlier
+// version) are recovered from while the key has no chain file, and are
+// deleted with the older chains after the first full Put.
 // The item log (OpenItemLog) may share the directory; the two never touch
 // each other's files.
 //
@@ -545,7 +547,87 @@ func (s *DirStore) Chain(key Key) (chain []Backup, skipped []error, err error) {
 	if err != nil {
 		return nil, skipped, fmt.Errorf("ft: chain %s: %w", key, err)
 	}
+	if len(chain) == 0 && len(ks.legacy) > 0 {
+		// A store written by an earlier version: its backups still count
+		// until the first full Put of this one replaces them.
+		var more []error
+		chain, more, err = readLegacyChain(ks.dir, ks.legacy)
+		skipped = append(skipped, more...)
+		if err != nil {
+			return nil, skipped, fmt.Errorf("ft: chain %s: %w", key, err)
+		}
+	}
 	return chain, skipped, nil
+}
+
+// readLegacyChain returns the newest recoverable chain among backup files
+// of the earlier layout (one file per backup, named by index and kind):
+// the newest intact full backup and its deltas with consecutive indices.
+func readLegacyChain(dir string, names []string) (chain []Backup, skipped []error, err error) {
+	type file struct {
+		name  string
+		index uint64
+		full  bool
+	}
+	var files []file
+	for _, n := range names {
+		if index, ok := parseLegacyName(n); ok {
+			files = append(files, file{n, index, strings.HasSuffix(n, "-full.bin")})
+		}
+	}
+	slices.SortFunc(files, func(a, b file) int { return cmp.Compare(a.index, b.index) })
+	read := func(f file) (Backup, error) {
+		path := filepath.Join(dir, f.name)
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return Backup{}, &CorruptError{Path: path, Reason: "missing"}
+		}
+		if err != nil {
+			return Backup{}, err
+		}
+		meta, data, n, off, reason := decodeFrame(b)
+		switch {
+		case reason != "":
+		case n != len(b):
+			off, reason = int64(n), fmt.Sprintf("%d bytes after the backup", len(b)-n)
+		case meta.Index != f.index || meta.Full != f.full:
+			reason = fmt.Sprintf("metadata says index %d full=%t, the name index %d full=%t", meta.Index, meta.Full, f.index, f.full)
+		}
+		if reason != "" {
+			return Backup{}, &CorruptError{Path: path, Offset: off, Reason: reason}
+		}
+		return Backup{Meta: meta, Data: data}, nil
+	}
+	for i := len(files) - 1; i >= 0; i-- {
+		if !files[i].full {
+			continue
+		}
+		full, err := read(files[i])
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				return nil, skipped, err
+			}
+			skipped = append(skipped, err)
+			continue
+		}
+		chain = append(chain, full)
+		for _, f := range files[i+1:] {
+			if f.full || f.index != chain[len(chain)-1].Meta.Index+1 {
+				break
+			}
+			d, err := read(f)
+			if err != nil {
+				if !errors.Is(err, ErrCorrupt) {
+					return nil, skipped, err
+				}
+				skipped = append(skipped, err)
+				break
+			}
+			chain = append(chain, d)
+		}
+		return chain, skipped, nil
+	}
+	return nil, skipped, nil
 }
 
 // Usage reports the number of backups (frames intact from the start of

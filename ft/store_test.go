@@ -648,34 +648,59 @@ func TestStoreIndicesContinueAfterReopen(t *testing.T) {
 	}
 }
 
-// TestStoreLegacyFiles: backup files of the one-file-per-backup layout are
-// not read, do not lower indices, and go with the first full Put.
+// TestStoreLegacyFiles: backup files of the one-file-per-backup layout (a
+// data directory of an earlier version) are recovered from until the first
+// full Put of this layout, which deletes them; they do not lower indices.
 func TestStoreLegacyFiles(t *testing.T) {
 	dir := t.TempDir()
 	key := Key{"j", 0}
-	head, tail, err := backupParts(BackupMeta{Index: 7, Full: true, LastSeqs: []uint64{1}}, []byte("old"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := os.MkdirAll(key.dir(dir), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	legacy := filepath.Join(key.dir(dir), "backup-00000000000000000007-full.bin")
-	if err := os.WriteFile(legacy, slices.Concat(head, []byte("old"), tail), 0o644); err != nil {
-		t.Fatal(err)
+	var legacy []string
+	for _, b := range []struct {
+		index uint64
+		full  bool
+		data  string
+	}{{6, true, "older"}, {7, true, "old"}, {8, false, "d8"}, {9, false, "d9"}, {11, false, "d11: not after 9"}} {
+		head, tail, err := backupParts(BackupMeta{Index: b.index, Full: b.full, LastSeqs: []uint64{b.index}}, []byte(b.data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kind := "delta"
+		if b.full {
+			kind = "full"
+		}
+		p := filepath.Join(key.dir(dir), fmt.Sprintf("backup-%020d-%s.bin", b.index, kind))
+		if err := os.WriteFile(p, slices.Concat(head, []byte(b.data), tail), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		legacy = append(legacy, p)
 	}
 	s := openTestStore(t, dir)
-	if chain, skipped, err := s.Chain(key); len(chain) != 0 || len(skipped) != 0 || err != nil {
-		t.Fatalf("Chain = %v, %v, %v; want nothing", chain, skipped, err)
+	chain, skipped, err := s.Chain(key)
+	if got := chainString(t, chain); got != "old d8 d9" || len(skipped) != 0 || err != nil {
+		t.Fatalf("Chain = %q, %v, %v; want the newest legacy full and its deltas", got, skipped, err)
 	}
-	if n, b := s.Usage(key); n != 0 || b != 0 {
-		t.Fatalf("Usage %d, %d", n, b)
+	// A damaged newest full falls back to the one before.
+	if err := os.WriteFile(legacy[1], []byte("MLSB torn"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if m := put(t, s, key, true, 1); m.Index != 8 {
-		t.Fatalf("index %d, want 8", m.Index)
+	chain, skipped, _ = openTestStore(t, dir).Chain(key)
+	var ce *CorruptError
+	if got := chainString(t, chain); got != "older" || len(skipped) != 1 || !errors.As(skipped[0], &ce) || ce.Path != legacy[1] {
+		t.Fatalf("after damage: Chain = %q, skipped %v", got, skipped)
 	}
-	if _, err := os.Stat(legacy); !os.IsNotExist(err) {
-		t.Fatalf("old layout file still there: %v", err)
+	if m := put(t, s, key, true, 1); m.Index != 12 {
+		t.Fatalf("index %d, want 12", m.Index)
+	}
+	for _, p := range legacy {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Fatalf("old layout file %s still there: %v", p, err)
+		}
+	}
+	if chain, _, _ := s.Chain(key); chainString(t, chain) != "full-1" {
+		t.Fatalf("after a full Put: %q", chainString(t, chain))
 	}
 }
 
