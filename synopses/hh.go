@@ -372,25 +372,26 @@ func (h *HeavyHitters) appendState(b []byte, full bool) []byte {
 	for _, v := range []uint64{uint64(h.capacity), uint64(len(h.slots)), h.total, h.floor, h.widen} {
 		b = binary.AppendUvarint(b, v)
 	}
-	put := func(id int32) {
-		s := &h.slots[id]
-		b = binary.AppendUvarint(b, uint64(id))
-		b = appendStr(b, s.key)
-		b = binary.AppendUvarint(b, h.heap[h.pos[id]].count)
-		b = binary.AppendUvarint(b, h.errs[id])
-	}
 	if full {
 		b = binary.AppendUvarint(b, uint64(len(h.slots)))
 		for id := range h.slots {
-			put(int32(id))
+			b = h.appendCounter(b, int32(id))
 		}
 	} else {
 		b = binary.AppendUvarint(b, uint64(len(h.dirty)))
 		for _, id := range h.dirty {
-			put(id)
+			b = h.appendCounter(b, id)
 		}
 	}
 	return b
+}
+
+// appendCounter encodes counter id: its item, count and error.
+func (h *HeavyHitters) appendCounter(b []byte, id int32) []byte {
+	b = binary.AppendUvarint(b, uint64(id))
+	b = appendStr(b, h.slots[id].key)
+	b = binary.AppendUvarint(b, h.heap[h.pos[id]].count)
+	return binary.AppendUvarint(b, h.errs[id])
 }
 
 // markBacked makes the current state the backed-up one.
