@@ -74,13 +74,8 @@ func runCrashes(bin, cfg string, k int, post func(url string, part int), finish 
 // part returns the bounds of part i of k+1 of n items.
 func part(i, k, n int) (lo, hi int) { return i * n / (k + 1), (i + 1) * n / (k + 1) }
 
-func crashFigures(quick bool) {
-	bin, err := buildBinary()
-	if err != nil {
-		fmt.Printf("\n(crash benchmarks skipped: %v)\n", err)
-		return
-	}
-	defer os.RemoveAll(filepath.Dir(bin))
+// crashFigures runs Figures 6-8 with the binary bin.
+func crashFigures(bin string, quick bool) {
 	lrCrashes(bin, quick)
 	hhCrashes(bin, quick)
 	joinCrashes(bin, quick)

@@ -270,13 +270,7 @@ func predictAccuracy(url string, held []gen.Event) float64 {
 // restartBig measures restart to ready after kill -9 with a model whose
 // 2^20 weights are nearly all non-zero: events of 20 random one-hot
 // features each, so every event touches new slots.
-func restartBig(quick bool) {
-	bin, err := buildBinary()
-	if err != nil {
-		fmt.Printf("\n(restart benchmark skipped: %v)\n", err)
-		return
-	}
-	defer os.RemoveAll(filepath.Dir(bin))
+func restartBig(bin string, quick bool) {
 	n := 150_000
 	if quick {
 		n = 50_000

@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"runtime/pprof"
 	"slices"
@@ -105,8 +106,14 @@ func main() {
 		}
 	}
 	if want["crash"] {
-		crashFigures(*quick)
-		restartBig(*quick)
+		// One build of the binary for both: go build takes seconds.
+		if bin, err := buildBinary(); err != nil {
+			fmt.Printf("\n(crash benchmarks skipped: %v)\n", err)
+		} else {
+			crashFigures(bin, *quick)
+			restartBig(bin, *quick)
+			os.RemoveAll(filepath.Dir(bin))
+		}
 	}
 	if *jsonOut != "" {
 		if err := writeJSON(*jsonOut, machine); err != nil {
