@@ -142,7 +142,7 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 		}
 		for i := range jb.parts {
 			if len(jb.parts[i]) > 0 {
-				jb.shed(i, jb.job.shedDelay)
+				jb.shed(i)
 			}
 		}
 	}

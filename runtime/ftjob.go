@@ -317,6 +317,14 @@ func (f *jobFT) resetWindow() {
 	f.log.Info("fault tolerance: window ended, thresholds reset", "job", f.name, "thresholds", f.units[0].ctl.Thresholds())
 }
 
+// partition is the unit's one partition, or -1 for a unit of several.
+func (u *stateUnit) partition() int {
+	if len(u.parts) == 1 {
+		return u.parts[0]
+	}
+	return -1
+}
+
 // backup snapshots the unit and queues it for writing; full forces a full
 // snapshot, else every CompactEvery-th one is full (compaction).
 func (u *stateUnit) backup(full bool, div float64) {
@@ -389,8 +397,8 @@ func (f *jobFT) write(req backupReq) {
 			"type": TypeBackup, "job": f.name, "ts": meta.Created.UnixMilli(), "index": meta.Index, "full": meta.Full,
 			"bytes": len(req.data), "divergence": meta.Divergence, "last_seqs": meta.LastSeqs, "partitions": u.parts,
 		}
-		if len(u.parts) == 1 {
-			m["partition"] = u.parts[0]
+		if p := u.partition(); p >= 0 {
+			m["partition"] = p
 		}
 		msg, _ := json.Marshal(m)
 		f.hub.Publish(f.name, TypeBackup, msg)
@@ -533,11 +541,8 @@ func (f *jobFT) status(j *Job) *FTStatus {
 	for _, u := range f.units {
 		st.SinceBackup += u.sinceBackup
 		st.AtRisk += u.atRisk
-		uf := UnitFT{Partition: -1, Partitions: u.parts, Theta: u.ctl.Thresholds().Theta, SinceBackup: u.sinceBackup, AtRisk: u.atRisk}
-		if len(u.parts) == 1 {
-			uf.Partition = u.parts[0]
-		}
-		st.Units = append(st.Units, uf)
+		st.Units = append(st.Units, UnitFT{Partition: u.partition(), Partitions: u.parts, Theta: u.ctl.Thresholds().Theta,
+			SinceBackup: u.sinceBackup, AtRisk: u.atRisk})
 	}
 	f.mu.Unlock()
 	st.Backups.Errors = f.errors.Load()

@@ -295,24 +295,24 @@ func (p *partition) observeRate(n int, d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	if p.rateEvents == 0 {
-		p.rateEvents, p.rateSecs = float64(n), d.Seconds()
-	} else {
-		p.rateEvents += (float64(n) - p.rateEvents) / 16
-		p.rateSecs += (d.Seconds() - p.rateSecs) / 16
-	}
+	p.rateEvents, p.rateSecs = movingAvg(p.rateEvents, float64(n)), movingAvg(p.rateSecs, d.Seconds())
 	p.rate.Store(math.Float64bits(p.rateEvents / p.rateSecs))
+}
+
+// movingAvg folds x into a moving average over about the last 16 values
+// (0: none yet).
+func movingAvg(avg, x float64) float64 {
+	if avg == 0 {
+		return x
+	}
+	return avg + (x-avg)/16
 }
 
 // observeWait folds a batch's time from queued to processed into the
 // partition's recent wait (a moving average over about 16 batches), the
 // feedback of load shedding.
 func (p *partition) observeWait(d time.Duration) {
-	w := d.Seconds()
-	if old := math.Float64frombits(p.wait.Load()); old > 0 {
-		w = old + (w-old)/16
-	}
-	p.wait.Store(math.Float64bits(w))
+	p.wait.Store(math.Float64bits(movingAvg(math.Float64frombits(p.wait.Load()), d.Seconds())))
 }
 
 // Spec returns the job's spec with defaults filled in.

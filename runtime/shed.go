@@ -64,7 +64,7 @@ const (
 // events of n new ones, so that its queue holds no more than it drains in
 // shedHeadroom × max_delay: 1 when there is room (or the drain rate is not
 // known yet).
-func (p *partition) keepShare(n, sheddable int, maxDelay time.Duration) float64 {
+func (p *partition) keepShare(n, sheddable int) float64 {
 	rate := math.Float64frombits(p.rate.Load())
 	if rate <= 0 || sheddable == 0 {
 		return 1
@@ -73,7 +73,7 @@ func (p *partition) keepShare(n, sheddable int, maxDelay time.Duration) float64 
 	// on a machine whose CPU others take, events wait longer than it
 	// predicts. When the recent waits were longer than the aim, the rate is
 	// scaled down by as much.
-	aim := maxDelay.Seconds() * shedHeadroom
+	aim := p.job.shedDelay.Seconds() * shedHeadroom
 	if wait := math.Float64frombits(p.wait.Load()); wait > aim {
 		rate *= aim / wait
 	}
@@ -128,10 +128,10 @@ func (c *shedCounters) widen(t *TopK) {
 
 // shed drops part of the records queued for one partition of a job with
 // shedding on, and returns those kept.
-func (jb *jobBatch) shed(i int, maxDelay time.Duration) []Record {
+func (jb *jobBatch) shed(i int) []Record {
 	recs := jb.parts[i]
 	hh := jb.job.spec.Kind == "heavy_hitters"
-	p := jb.job.parts[i].keepShare(len(recs), sheddable(recs, hh), maxDelay)
+	p := jb.job.parts[i].keepShare(len(recs), sheddable(recs, hh))
 	if p >= 1 {
 		return recs
 	}
