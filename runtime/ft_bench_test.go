@@ -3,8 +3,6 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -50,12 +48,7 @@ func BenchmarkFTModes(b *testing.B) {
 }
 
 func benchFTMode(b *testing.B, spec Spec, vs []*fastjson.Value, perReq int) {
-	dir := b.TempDir()
-	store, err := ft.NewDirStore(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := NewEngine(Config{Store: store, DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e := ftEngine(b, b.TempDir()) // spec.Partitions overrides its 1
 	defer e.Close(context.Background())
 	if _, err := e.PutJob(spec); err != nil {
 		b.Fatal(err)

@@ -14,7 +14,7 @@ import (
 // ftEngine is an engine with a backup store in dir. A test "crashes" it
 // by abandoning it without Close: nothing more is written once its
 // partitions are idle or paused, which is what kill -9 leaves behind.
-func ftEngine(t *testing.T, dir string) *Engine {
+func ftEngine(t testing.TB, dir string) *Engine {
 	t.Helper()
 	store, err := ft.NewDirStore(dir)
 	if err != nil {
