@@ -489,12 +489,14 @@ func putDelta(ks *keyState, meta BackupMeta, head, data, tail []byte) error {
 
 // closeOpen closes the chain file open for appends, if any. Its frames
 // were all written (and synced when asked for): a late error of close
-// changes nothing for them.
-func (ks *keyState) closeOpen() {
-	if ks.open != nil {
-		ks.open.Close()
-		ks.open = nil
+// changes nothing for them, and only Close reports it.
+func (ks *keyState) closeOpen() error {
+	if ks.open == nil {
+		return nil
 	}
+	err := ks.open.Close()
+	ks.open = nil
+	return err
 }
 
 // retain keeps the newest chain and the fallback, the newest chain before
@@ -702,10 +704,7 @@ func (s *DirStore) Close() error {
 	var errs []error
 	for _, ks := range s.keys {
 		ks.mu.Lock()
-		if ks.open != nil {
-			errs = append(errs, ks.open.Close())
-			ks.open = nil
-		}
+		errs = append(errs, ks.closeOpen())
 		ks.mu.Unlock()
 	}
 	return errors.Join(errs...)
