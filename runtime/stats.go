@@ -80,25 +80,42 @@ func (s latSnap) total() uint64 {
 	return n
 }
 
-// quantile returns the upper bound of the bucket holding quantile q, in
-// milliseconds; 0 with no observations.
+// quantile estimates quantile q in milliseconds (0 with no observations).
+// Inside its bucket the value is interpolated geometrically, since bucket
+// bounds grow geometrically: reporting the bucket's upper bound instead
+// would show p50 = p95 = p99 whenever they share a bucket.
 func (s latSnap) quantile(q float64) float64 {
 	n := s.total()
 	if n == 0 {
 		return 0
 	}
-	rank := uint64(math.Ceil(q * float64(n)))
-	var c uint64
+	rank := q * float64(n)
+	var below float64
 	for i, x := range s.counts {
-		c += x
-		if c >= rank {
-			if i == latBuckets-1 {
-				return latBounds[len(latBounds)-1] * 1.5 * 1e3
-			}
-			return latBounds[i] * 1e3
+		if x == 0 {
+			continue
 		}
+		if below+float64(x) >= rank {
+			lo, hi := bucketRange(i)
+			f := min(max((rank-below)/float64(x), 0), 1)
+			return lo * math.Pow(hi/lo, f) * 1e3
+		}
+		below += float64(x)
 	}
-	return 0
+	return latBounds[len(latBounds)-1] * 1.5 * 1e3
+}
+
+// bucketRange is the range of latencies in bucket i, in seconds; the
+// first bucket is taken to start a step below its bound, the last (+Inf)
+// to end a step above the highest bound.
+func bucketRange(i int) (lo, hi float64) {
+	switch {
+	case i == 0:
+		return latBounds[0] / 1.5, latBounds[0]
+	case i >= len(latBounds):
+		return latBounds[len(latBounds)-1], latBounds[len(latBounds)-1] * 1.5
+	}
+	return latBounds[i-1], latBounds[i]
 }
 
 // Latency is the processing latency of recent events (queued to
@@ -111,11 +128,20 @@ type Latency struct {
 }
 
 func (s latSnap) latency() Latency {
-	l := Latency{P50: s.quantile(0.5), P95: s.quantile(0.95), P99: s.quantile(0.99)}
+	l := Latency{P50: sig3(s.quantile(0.5)), P95: sig3(s.quantile(0.95)), P99: sig3(s.quantile(0.99))}
 	if n := s.total(); n > 0 {
-		l.Mean = float64(s.sumNs) / float64(n) / 1e6
+		l.Mean = sig3(float64(s.sumNs) / float64(n) / 1e6)
 	}
 	return l
+}
+
+// sig3 rounds x to three significant digits: the estimates are not finer.
+func sig3(x float64) float64 {
+	if x == 0 || math.IsInf(x, 0) || math.IsNaN(x) {
+		return x
+	}
+	p := math.Pow(10, 2-math.Floor(math.Log10(math.Abs(x))))
+	return math.Round(x*p) / p
 }
 
 // sampleWindow is how far back rates and recent latencies look.
