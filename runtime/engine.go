@@ -36,11 +36,22 @@ type Config struct {
 	// none).
 	Store   ft.Store
 	DataDir string
+	// MaxMemory is the memory budget of the jobs, in bytes: a job whose
+	// estimate (budget.go), added to the running jobs' estimates, would
+	// pass it is refused with a *BudgetError. 0 means half the machine's
+	// memory or of the cgroup's limit; negative means no budget.
+	MaxMemory int64
+	// MaxJobs is the most jobs the engine runs at once (default 64;
+	// negative: no limit); past it PutJob answers ErrTooManyJobs.
+	MaxJobs int
+	// Jobs records the jobs created at run time, so that Start restores
+	// them after a restart (nil: they last until the process ends).
+	Jobs JobStore
 }
 
 func (c *Config) ensureDefaults() {
 	if c.Partitions <= 0 {
-		c.Partitions = goruntime.NumCPU()
+		c.Partitions = min(goruntime.NumCPU(), MaxPartitions)
 	}
 	if c.QueueSize <= 0 {
 		c.QueueSize = 65536
@@ -50,6 +61,12 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.MaxMemory == 0 {
+		c.MaxMemory = defaultMaxMemory()
+	}
+	if c.MaxJobs == 0 {
+		c.MaxJobs = 64
 	}
 }
 
@@ -76,7 +93,11 @@ type Engine struct {
 		sync.RWMutex
 		jobs    map[string]*Job
 		streams map[string][]*Job // readers of each stream, guarded by mu
-		closed  bool
+		// deleting holds the names DeleteJob is removing: not free until
+		// their data is gone.
+		deleting map[string]bool
+		inUse    int64 // the running jobs' memory estimates
+		closed   bool
 	}
 	stopSampler chan struct{}
 	samplerDone chan struct{}
@@ -89,6 +110,7 @@ func NewEngine(cfg Config) *Engine {
 	e := &Engine{cfg: cfg, hub: NewHub(), log: cfg.Logger, stopSampler: make(chan struct{}), samplerDone: make(chan struct{})}
 	e.mu.jobs = map[string]*Job{}
 	e.mu.streams = map[string][]*Job{}
+	e.mu.deleting = map[string]bool{}
 	e.metrics = newMetrics(e, cfg.Registry)
 	go e.sampleLoop()
 	return e
@@ -131,9 +153,22 @@ type announcer interface {
 
 // PutJob validates spec and starts the job. It reports created=false when
 // an identical job already runs, and ErrJobExists when the name is taken
-// by a different spec. Invalid specs give a *SpecError.
+// by a different spec. Invalid specs give a *SpecError, a spec past the
+// memory budget a *BudgetError, one job too many ErrTooManyJobs. With
+// Config.Jobs the job is recorded, and Start restores it after a restart.
 func (e *Engine) PutJob(spec Spec) (created bool, err error) {
+	return e.putJob(spec, "", true)
+}
+
+// putJob starts a job of the given incarnation ("" for a new one) and,
+// if record, records it in Config.Jobs.
+func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created bool, err error) {
 	if err := spec.validate(e.cfg.Partitions, e.cfg.QueueSize); err != nil {
+		return false, err
+	}
+	withFT := e.cfg.Store != nil && spec.FT.Mode != ft.ModeNone
+	mem, err := estimateMemory(spec, withFT)
+	if err != nil {
 		return false, err
 	}
 	e.mu.Lock()
@@ -147,20 +182,67 @@ func (e *Engine) PutJob(spec Spec) (created bool, err error) {
 		}
 		return false, fmt.Errorf("%w: %q (delete it first)", ErrJobExists, spec.Name)
 	}
+	if e.mu.deleting[spec.Name] {
+		return false, fmt.Errorf("%w: %q is being deleted; try again", ErrJobExists, spec.Name)
+	}
+	if err := e.admit(spec.Name, mem); err != nil {
+		return false, err
+	}
+	if incarnation == "" {
+		incarnation = e.newIncarnation()
+	}
+	if withFT {
+		if err := e.claimDataDir(spec.Name, incarnation); err != nil {
+			return false, fmt.Errorf("job %q: %w", spec.Name, err)
+		}
+	}
 	j, err := newJob(spec, e.hub, &e.cfg)
 	if err != nil {
 		return false, err
 	}
+	j.mem = mem
 	if err := j.start(e.hub); err != nil {
 		return false, fmt.Errorf("job %q: %w", spec.Name, err)
 	}
+	if record {
+		if err := e.record(j.spec, incarnation); err != nil {
+			j.stop()
+			return false, err
+		}
+	}
 	j.sample(time.Now())
 	e.mu.jobs[spec.Name] = j
+	e.mu.inUse += mem.Total()
 	for _, st := range spec.Streams() {
 		e.mu.streams[st] = append(e.mu.streams[st], j)
 	}
-	e.log.Info("job started", "job", spec.Name, "kind", spec.Kind, "streams", spec.Streams(), "partitions", spec.Partitions)
+	e.log.Info("job started", "job", spec.Name, "kind", spec.Kind, "streams", spec.Streams(), "partitions", spec.Partitions,
+		"memory_estimate_bytes", mem.Total(), "incarnation", incarnation)
 	return true, nil
+}
+
+// admit checks the job limits for one more job of the given estimate.
+// Called with mu held.
+func (e *Engine) admit(name string, mem MemoryEstimate) error {
+	if e.cfg.MaxJobs > 0 && len(e.mu.jobs) >= e.cfg.MaxJobs {
+		e.log.Warn("job refused: too many jobs", "job", name, "max_jobs", e.cfg.MaxJobs)
+		return fmt.Errorf("%w (%d; --max-jobs): delete one first", ErrTooManyJobs, e.cfg.MaxJobs)
+	}
+	if e.cfg.MaxMemory > 0 && mem.Total() > e.cfg.MaxMemory-e.mu.inUse {
+		err := &BudgetError{Job: name, Estimate: mem, Budget: e.cfg.MaxMemory, InUse: e.mu.inUse}
+		e.log.Warn("job refused: memory budget", "job", name, "estimate_bytes", mem.Total(), "budget_bytes", e.cfg.MaxMemory,
+			"in_use_bytes", e.mu.inUse, "field", mem.Field)
+		return err
+	}
+	return nil
+}
+
+// MemoryInUse is the sum of the running jobs' memory estimates, and the
+// budget (Config.MaxMemory; not positive: none).
+func (e *Engine) MemoryInUse() (inUse, budget int64) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.mu.inUse, e.cfg.MaxMemory
 }
 
 // sameSpec compares specs as their JSON would: params decoded from JSON
@@ -192,7 +274,8 @@ func sameSpec(a, b Spec) bool {
 }
 
 // DeleteJob stops a job after processing what it has queued, and removes
-// it.
+// it, its record (Config.Jobs) and its data. The name is free again when
+// it returns.
 func (e *Engine) DeleteJob(name string) error {
 	e.mu.Lock()
 	j, ok := e.mu.jobs[name]
@@ -201,6 +284,8 @@ func (e *Engine) DeleteJob(name string) error {
 		return ErrUnknownJob
 	}
 	delete(e.mu.jobs, name)
+	e.mu.inUse -= j.mem.Total()
+	e.mu.deleting[name] = true
 	for _, st := range j.spec.Streams() {
 		readers := e.mu.streams[st]
 		kept := readers[:0:0]
@@ -216,7 +301,21 @@ func (e *Engine) DeleteJob(name string) error {
 		}
 	}
 	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.mu.deleting, name)
+		e.mu.Unlock()
+	}()
 	j.stop()
+	// The record goes first: a crash before the data is gone leaves data
+	// that no record claims, which the name's next incarnation removes.
+	var err error
+	if e.cfg.Jobs != nil {
+		if err = e.cfg.Jobs.Delete(name); err != nil {
+			e.log.Error("removing the job's record: it will be restored at the next start", "job", name, "err", err)
+			err = fmt.Errorf("%w: %v", ErrJobRecord, err)
+		}
+	}
 	if j.ft != nil {
 		// Deleted means gone: its backups and logs too.
 		if err := e.cfg.Store.RemoveJob(name); err != nil {
@@ -227,7 +326,7 @@ func (e *Engine) DeleteJob(name string) error {
 		}
 	}
 	e.log.Info("job deleted", "job", name, "processed", j.processed())
-	return nil
+	return err
 }
 
 // Job returns the named job.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,11 +98,18 @@ func (f *FTSpec) validate(kind string) error {
 	if field, err := f.bounds().Validate(); err != nil {
 		return &SpecError{"ft." + field, err.Error()}
 	}
-	if f.CompactEvery < 0 {
-		return &SpecError{"ft.compact_every", fmt.Sprintf("must be at least 1, got %d", f.CompactEvery)}
-	}
-	if f.Window < 0 {
-		return &SpecError{"ft.window", fmt.Sprintf("must be at least 1 event, got %d", f.Window)}
+	for _, r := range []struct {
+		field string
+		v, hi int64
+	}{
+		{"max_pending", int64(f.MaxPending), maxFTEvents},
+		{"max_unacked", int64(f.MaxUnacked), maxFTEvents},
+		{"compact_every", int64(f.CompactEvery), maxCompactEvery},
+		{"window", f.Window, maxFTWindow},
+	} {
+		if r.v < 1 || r.v > r.hi {
+			return &SpecError{"ft." + r.field, fmt.Sprintf("must be in [1, %d] (0 = default), got %d", r.hi, r.v)}
+		}
 	}
 	return nil
 }
@@ -120,8 +126,6 @@ type SpecError struct {
 }
 
 func (e *SpecError) Error() string { return e.Field + ": " + e.Msg }
-
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // kinds maps a kind name to the constructor of its jobs. Each kind reads
 // and checks its own params.
@@ -144,8 +148,8 @@ func Kinds() []string {
 
 // validate checks the fields common to all kinds and fills defaults.
 func (s *Spec) validate(defPartitions, defQueue int) error {
-	if !nameRE.MatchString(s.Name) {
-		return &SpecError{"name", fmt.Sprintf("must be 1-128 letters, digits, '_', '-' or '.', starting with a letter or digit; got %q", s.Name)}
+	if err := CheckName(s.Name); err != nil {
+		return &SpecError{"name", err.Error()}
 	}
 	if s.Kind == "" {
 		return &SpecError{"kind", "required; one of " + strings.Join(Kinds(), ", ")}
@@ -156,14 +160,14 @@ func (s *Spec) validate(defPartitions, defQueue int) error {
 	if err := s.validateStreams(); err != nil {
 		return err
 	}
-	if s.Partitions < 0 || s.Partitions > 1024 {
-		return &SpecError{"partitions", fmt.Sprintf("must be in [1, 1024] (0 = number of CPUs), got %d", s.Partitions)}
+	if s.Partitions < 0 || s.Partitions > MaxPartitions {
+		return &SpecError{"partitions", fmt.Sprintf("must be in [1, %d] (0 = the engine's default), got %d", MaxPartitions, s.Partitions)}
 	}
 	if s.Partitions == 0 {
 		s.Partitions = defPartitions
 	}
-	if s.QueueSize < 0 || s.QueueSize > 1<<24 {
-		return &SpecError{"queue_size", fmt.Sprintf("must be in [1, %d] events (0 = default), got %d", 1<<24, s.QueueSize)}
+	if s.QueueSize < 0 || s.QueueSize > MaxQueueSize {
+		return &SpecError{"queue_size", fmt.Sprintf("must be in [1, %d] events (0 = the engine's default), got %d", MaxQueueSize, s.QueueSize)}
 	}
 	if s.QueueSize == 0 {
 		s.QueueSize = defQueue
@@ -198,8 +202,8 @@ func (s *Spec) validateStreams() error {
 		if f.value == "" {
 			return &SpecError{f.name, "required: " + f.what}
 		}
-		if !nameRE.MatchString(f.value) {
-			return &SpecError{f.name, fmt.Sprintf("must be a stream name of letters, digits, '_', '-' or '.'; got %q", f.value)}
+		if err := CheckName(f.value); err != nil {
+			return &SpecError{f.name, "stream name: " + err.Error()}
 		}
 	}
 	if s.Kind == "join" && s.Left == s.Right {
@@ -368,6 +372,9 @@ func (p *Params) String(name, def string, allowed ...string) (string, error) {
 	s, ok := v.(string)
 	if !ok {
 		return "", perr(name, "must be a string, got %s", jsonType(v))
+	}
+	if len(s) > maxParamString {
+		return "", perr(name, "must be at most %d bytes, got %d", maxParamString, len(s))
 	}
 	if len(allowed) > 0 {
 		for _, a := range allowed {
