@@ -35,6 +35,7 @@ const (
 	maxCompactEvery = 1024
 	maxFTWindow     = 1 << 40
 	maxParamString  = 256
+	maxStaleness    = 1 << 20
 )
 
 // Bytes behind the estimates, measured on amd64 (see budget_test.go).

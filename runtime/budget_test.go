@@ -52,31 +52,23 @@ func TestMemoryEstimateOfLogregMatchesHeap(t *testing.T) {
 
 // A synopsis opens its windows as events come: the estimate is with
 // every window kept, which the events below open in each partition.
-func TestMemoryEstimateOfSynopsesMatchesHeap(t *testing.T) {
-	for _, c := range []struct {
-		kind   string
-		params map[string]any
-	}{
-		{"distinct", map[string]any{"field": "u", "precision": 16, "window": "1s", "keep": 3}},
-	} {
-		t.Run(c.kind, func(t *testing.T) {
-			e := testEngine(t, Config{})
-			lines := make([]string, 0, 4*2*20000)
-			for w := range 4 {
-				for i := range 2 * 20000 {
-					lines = append(lines, fmt.Sprintf(`{"key":"k%d","ts":%d,"u":"user-%07d-%d"}`, i, w*1000+i%1000, i, w))
-				}
-			}
-			before := heapAlloc()
-			j := mustPut(t, e, Spec{Name: "syn", Kind: c.kind, Input: "s", Partitions: 2, QueueSize: len(lines), Params: c.params})
-			if _, err := ingest(e, "s", lines...); err != nil {
-				t.Fatal(err)
-			}
-			waitProcessed(t, j, uint64(len(lines)))
-			checkEstimate(t, j, heapAlloc()-before)
-			goruntime.KeepAlive(lines)
-		})
+func TestMemoryEstimateOfDistinctMatchesHeap(t *testing.T) {
+	e := testEngine(t, Config{})
+	lines := make([]string, 0, 4*2*1000)
+	for w := range 4 {
+		for i := range 2 * 1000 {
+			lines = append(lines, fmt.Sprintf(`{"key":"k%d","ts":%d,"u":"user-%d"}`, i, w*1000+i%1000, i))
+		}
 	}
+	before := heapAlloc()
+	params := map[string]any{"field": "u", "precision": 16, "window": "1s", "keep": 3}
+	j := mustPut(t, e, Spec{Name: "distinct", Kind: "distinct", Input: "s", Partitions: 2, QueueSize: len(lines), Params: params})
+	if _, err := ingest(e, "s", lines...); err != nil {
+		t.Fatal(err)
+	}
+	waitProcessed(t, j, uint64(len(lines)))
+	checkEstimate(t, j, heapAlloc()-before)
+	goruntime.KeepAlive(lines)
 }
 
 func TestMemoryBudgetRefusesJobs(t *testing.T) {
@@ -134,6 +126,7 @@ func TestParamRanges(t *testing.T) {
 		{Spec{Kind: "logreg", Params: map[string]any{"window": 2_000_000}}, "params.window"},
 		{Spec{Kind: "logreg", Partitions: 257}, "partitions"},
 		{Spec{Kind: "logreg", QueueSize: 1<<20 + 1}, "queue_size"},
+		{Spec{Kind: "logreg", Sync: SyncSpec{Consistency: "ssp", Staleness: 1<<20 + 1}}, "sync.staleness"},
 		{Spec{Kind: "heavy_hitters", Params: map[string]any{"field": "u", "counters": 1<<20 + 1}}, "params.counters"},
 		{Spec{Kind: "heavy_hitters", Params: map[string]any{"field": "u", "k": 10_001, "counters": 20_000}}, "params.k"},
 		{Spec{Kind: "heavy_hitters", Params: map[string]any{"field": "u", "keep": 101}}, "params.keep"},
@@ -187,4 +180,17 @@ func TestNames(t *testing.T) {
 		}
 	}
 	mustPut(t, e, Spec{Name: strings.Repeat("a", 64), Kind: "distinct", Input: "A1_b-c.d", Params: map[string]any{"field": "u"}})
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"8GiB": 8 << 30, "500MB": 500e6, "1048576": 1 << 20, " 2 KiB ": 2048, "-1": -1} {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "GiB", "8 parsecs", "NaN", "1e30"} {
+		if _, err := ParseBytes(in); err == nil {
+			t.Errorf("ParseBytes(%q) accepted", in)
+		}
+	}
 }

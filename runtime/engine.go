@@ -112,6 +112,8 @@ func NewEngine(cfg Config) *Engine {
 	e.mu.streams = map[string][]*Job{}
 	e.mu.deleting = map[string]bool{}
 	e.metrics = newMetrics(e, cfg.Registry)
+	e.log.Info("job limits", "max_memory_bytes", cfg.MaxMemory, "max_jobs", cfg.MaxJobs, "max_partitions", MaxPartitions,
+		"max_queue_size", MaxQueueSize, "job_records", cfg.Jobs != nil)
 	go e.sampleLoop()
 	return e
 }

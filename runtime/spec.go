@@ -175,6 +175,9 @@ func (s *Spec) validate(defPartitions, defQueue int) error {
 	if _, err := s.Sync.validate(s.Kind); err != nil {
 		return err
 	}
+	if s.Sync.Staleness > maxStaleness {
+		return &SpecError{"sync.staleness", fmt.Sprintf("must be in [1, %d] groups, got %d", maxStaleness, s.Sync.Staleness)}
+	}
 	if err := s.Shed.validate(s.Kind); err != nil {
 		return err
 	}
@@ -428,18 +431,10 @@ func (p *Params) Bytes(name string, def, lo, hi int64) (int64, error) {
 	if f, isNum := number(v); isNum {
 		n = f
 	} else if str, isStr := v.(string); isStr {
-		mult, num := int64(1), strings.TrimSpace(str)
-		for _, u := range byteUnits {
-			if strings.HasSuffix(num, u.suffix) {
-				mult, num = u.mult, strings.TrimSpace(strings.TrimSuffix(num, u.suffix))
-				break
-			}
-		}
-		f, err := strconv.ParseFloat(num, 64)
-		if err != nil {
+		var err error
+		if n, err = parseSize(str); err != nil {
 			return 0, perr(name, "must be a size such as 64MiB, 500KB or a number of bytes, got %q", str)
 		}
-		n = f * float64(mult)
 	} else {
 		return 0, perr(name, "must be a size such as 64MiB, got %s", jsonType(v))
 	}
@@ -447,6 +442,30 @@ func (p *Params) Bytes(name string, def, lo, hi int64) (int64, error) {
 		return 0, perr(name, "must be between %d and %d bytes, got %.0f", lo, hi, n)
 	}
 	return int64(n), nil
+}
+
+// parseSize reads a number of bytes with an optional unit of byteUnits.
+func parseSize(str string) (float64, error) {
+	mult, num := int64(1), strings.TrimSpace(str)
+	for _, u := range byteUnits {
+		if strings.HasSuffix(num, u.suffix) {
+			mult, num = u.mult, strings.TrimSpace(strings.TrimSuffix(num, u.suffix))
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	return f * float64(mult), err
+}
+
+// ParseBytes reads a size such as "8GiB", "500MB" or "1048576" (bytes),
+// for flags such as --max-memory. Negative sizes are allowed (they mean
+// "no limit" where a flag says so).
+func ParseBytes(s string) (int64, error) {
+	f, err := parseSize(s)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) >= 1<<62 {
+		return 0, fmt.Errorf("not a size such as 8GiB, 500MB or a number of bytes: %q", s)
+	}
+	return int64(f), nil
 }
 
 // Bool reads a boolean.
