@@ -94,6 +94,14 @@ func TestMemoryBudgetRefusesJobs(t *testing.T) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
+	// A refused job allocates nothing: 2^26 slots would be 2 GiB.
+	before := heapAlloc()
+	if _, err := e.PutJob(spec("huge", 26)); !errors.Is(err, ErrMemoryBudget) {
+		t.Fatalf("err = %v", err)
+	}
+	if grown := heapAlloc() - before; grown > 1<<20 {
+		t.Fatalf("refusing the job grew the heap by %d bytes", grown)
+	}
 	// Deleting the first frees its share.
 	if err := e.DeleteJob("a"); err != nil {
 		t.Fatal(err)

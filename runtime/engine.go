@@ -163,7 +163,8 @@ func (e *Engine) PutJob(spec Spec) (created bool, err error) {
 }
 
 // putJob starts a job of the given incarnation ("" for a new one) and,
-// if record, records it in Config.Jobs.
+// if record, records it in Config.Jobs. The spec is checked and its
+// memory estimated before the lock, and before anything is allocated.
 func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created bool, err error) {
 	if err := spec.validate(e.cfg.Partitions, e.cfg.QueueSize); err != nil {
 		return false, err
@@ -175,17 +176,8 @@ func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created boo
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.mu.closed {
-		return false, ErrClosed
-	}
-	if old, ok := e.mu.jobs[spec.Name]; ok {
-		if sameSpec(old.spec, spec) {
-			return false, nil
-		}
-		return false, fmt.Errorf("%w: %q (delete it first)", ErrJobExists, spec.Name)
-	}
-	if e.mu.deleting[spec.Name] {
-		return false, fmt.Errorf("%w: %q is being deleted; try again", ErrJobExists, spec.Name)
+	if running, err := e.nameFree(spec); running || err != nil {
+		return false, err
 	}
 	if err := e.admit(spec.Name, mem); err != nil {
 		return false, err
@@ -198,21 +190,10 @@ func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created boo
 			return false, fmt.Errorf("job %q: %w", spec.Name, err)
 		}
 	}
-	j, err := newJob(spec, e.hub, &e.cfg)
+	j, err := e.launch(spec, mem, incarnation, record)
 	if err != nil {
 		return false, err
 	}
-	j.mem = mem
-	if err := j.start(e.hub); err != nil {
-		return false, fmt.Errorf("job %q: %w", spec.Name, err)
-	}
-	if record {
-		if err := e.record(j.spec, incarnation); err != nil {
-			j.stop()
-			return false, err
-		}
-	}
-	j.sample(time.Now())
 	e.mu.jobs[spec.Name] = j
 	e.mu.inUse += mem.Total()
 	for _, st := range spec.Streams() {
@@ -221,6 +202,45 @@ func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created boo
 	e.log.Info("job started", "job", spec.Name, "kind", spec.Kind, "streams", spec.Streams(), "partitions", spec.Partitions,
 		"memory_estimate_bytes", mem.Total(), "incarnation", incarnation)
 	return true, nil
+}
+
+// nameFree says whether spec's name can take a new job: running when the
+// same spec runs already, an error when the engine is closing or the name
+// is another job's or being deleted. Called with mu held.
+func (e *Engine) nameFree(spec Spec) (running bool, err error) {
+	if e.mu.closed {
+		return false, ErrClosed
+	}
+	if old, ok := e.mu.jobs[spec.Name]; ok {
+		if sameSpec(old.spec, spec) {
+			return true, nil
+		}
+		return false, fmt.Errorf("%w: %q (delete it first)", ErrJobExists, spec.Name)
+	}
+	if e.mu.deleting[spec.Name] {
+		return false, fmt.Errorf("%w: %q is being deleted; try again", ErrJobExists, spec.Name)
+	}
+	return false, nil
+}
+
+// launch makes the job, recovers and starts it, and records it.
+func (e *Engine) launch(spec Spec, mem MemoryEstimate, incarnation string, record bool) (*Job, error) {
+	j, err := newJob(spec, e.hub, &e.cfg)
+	if err != nil {
+		return nil, err
+	}
+	j.mem = mem
+	if err := j.start(e.hub); err != nil {
+		return nil, fmt.Errorf("job %q: %w", spec.Name, err)
+	}
+	if record {
+		if err := e.record(j.spec, incarnation); err != nil {
+			j.stop()
+			return nil, err
+		}
+	}
+	j.sample(time.Now())
+	return j, nil
 }
 
 // admit checks the job limits for one more job of the given estimate.

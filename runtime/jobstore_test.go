@@ -137,3 +137,33 @@ func TestPutWhileDeletingIsRefused(t *testing.T) {
 	}
 	mustPut(t, e, hhSpec())
 }
+
+// A config file job whose spec is the recorded one's is that job: it
+// keeps its state and its record.
+func TestFileJobSameAsRecordKeepsItsState(t *testing.T) {
+	dir := t.TempDir()
+	e, _ := recordingEngine(t, dir, nil)
+	counted(t, e, 20) // created at run time, recorded
+	spec := hhSpec()
+	spec.Sync.Every, spec.FT.Mode = "auto", "approx" // spelled out, as a file may
+	e, jobs := recordingEngine(t, dir, []Spec{spec})
+	if got := topTotal(t, e); got != 20 {
+		t.Fatalf("hh recovered %d events, want 20", got)
+	}
+	if recs, _, _ := jobs.Load(); len(recs) != 1 {
+		t.Fatalf("records %+v", recs)
+	}
+}
+
+// A config file job that does not start fails Start, naming its index.
+func TestStartFailsOnABadFileJob(t *testing.T) {
+	e := testEngine(t, Config{})
+	bad := hhSpec()
+	bad.Name, bad.Params = "bad", map[string]any{"field": "u", "counters": 0}
+	err := e.Start([]Spec{hhSpec(), bad})
+	var fe *FileJobError
+	var se *SpecError
+	if !errors.As(err, &fe) || fe.Index != 1 || fe.Name != "bad" || !errors.As(err, &se) || se.Field != "params.counters" {
+		t.Fatalf("err = %v", err)
+	}
+}
