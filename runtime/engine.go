@@ -19,10 +19,10 @@ import (
 // Config configures an Engine. Zero fields take the defaults below.
 type Config struct {
 	// Partitions is the default partition count of a job (default: the
-	// number of CPUs).
+	// number of CPUs, at most MaxPartitions).
 	Partitions int
 	// QueueSize is the default capacity of a partition queue, in events
-	// (default 65536).
+	// (default 65536, at most MaxQueueSize).
 	QueueSize int
 	// IngestWait is how long a request waits for room in full queues
 	// before it is refused with ErrBusy (default 200ms).
@@ -51,11 +51,13 @@ type Config struct {
 
 func (c *Config) ensureDefaults() {
 	if c.Partitions <= 0 {
-		c.Partitions = min(goruntime.NumCPU(), MaxPartitions)
+		c.Partitions = goruntime.NumCPU()
 	}
+	c.Partitions = min(c.Partitions, MaxPartitions)
 	if c.QueueSize <= 0 {
 		c.QueueSize = 65536
 	}
+	c.QueueSize = min(c.QueueSize, MaxQueueSize)
 	if c.IngestWait <= 0 {
 		c.IngestWait = 200 * time.Millisecond
 	}

@@ -81,15 +81,18 @@ func (e *Engine) record(spec Spec, incarnation string) error {
 func (e *Engine) claimDataDir(name, incarnation string) error {
 	dir := filepath.Join(e.cfg.DataDir, name) // as newJobFT has it
 	marker := filepath.Join(dir, incarnationFile)
-	old, err := os.ReadFile(marker)
+	data, err := os.ReadFile(marker)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("reading the incarnation of its data: %w", err)
+	}
+	owner, unmarked := string(bytes.TrimSpace(data)), err != nil
 	switch {
-	case err == nil && string(bytes.TrimSpace(old)) == incarnation:
+	case !unmarked && owner == incarnation:
 		return nil
-	case errors.Is(err, fs.ErrNotExist) && incarnation == fileIncarnation:
-	case errors.Is(err, fs.ErrNotExist) && !exists(dir):
+	case unmarked && (incarnation == fileIncarnation || !exists(dir)):
 	default:
 		e.log.Warn("removing the data of an earlier job of the same name", "job", name, "dir", dir,
-			"its_incarnation", string(bytes.TrimSpace(old)), "incarnation", incarnation)
+			"its_incarnation", owner, "incarnation", incarnation)
 		if err := e.cfg.Store.RemoveJob(name); err != nil {
 			return fmt.Errorf("removing an earlier job's backups: %w", err)
 		}
