@@ -42,7 +42,9 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 }
 
 // putJob declares a job: 201 when created, 200 when an identical job runs
-// already, 409 when the name is taken by another spec, 400 for a bad spec.
+// already, 409 when the name is taken by another spec, 400 for a bad spec,
+// 507 past the memory budget or the job limit, 500 when the job could not
+// be recorded.
 func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "job")
 	buf, err := readBody(w, r, 1<<20)
@@ -64,8 +66,21 @@ func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	created, err := s.engine.PutJob(spec)
+	var be *runtime.BudgetError
 	switch {
 	case err == nil:
+	case errors.As(err, &be):
+		writeJSON(w, http.StatusInsufficientStorage, budgetError{
+			apiError:      apiError{Error: err.Error(), Field: be.Estimate.Field},
+			EstimateBytes: be.Estimate.Total(), BudgetBytes: be.Budget, InUseBytes: be.InUse,
+		})
+		return
+	case errors.Is(err, runtime.ErrTooManyJobs):
+		writeError(w, http.StatusInsufficientStorage, apiError{Error: err.Error()})
+		return
+	case errors.Is(err, runtime.ErrJobRecord):
+		writeError(w, http.StatusInternalServerError, apiError{Error: err.Error()})
+		return
 	case errors.Is(err, runtime.ErrJobExists):
 		writeError(w, http.StatusConflict, apiError{Error: err.Error()})
 		return
@@ -88,6 +103,14 @@ func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, j.Status(false))
 }
 
+// budgetError is the body of a 507 for the memory budget.
+type budgetError struct {
+	apiError
+	EstimateBytes int64 `json:"estimate_bytes"`
+	BudgetBytes   int64 `json:"budget_bytes"`
+	InUseBytes    int64 `json:"in_use_bytes"`
+}
+
 func specError(w http.ResponseWriter, err error) {
 	var se *runtime.SpecError
 	if errors.As(err, &se) {
@@ -103,7 +126,12 @@ func specError(w http.ResponseWriter, err error) {
 
 func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "job")
-	if err := s.engine.DeleteJob(name); err != nil {
+	switch err := s.engine.DeleteJob(name); {
+	case errors.Is(err, runtime.ErrJobRecord):
+		// Stopped and its data removed, but it comes back at the next start.
+		writeError(w, http.StatusInternalServerError, apiError{Error: err.Error()})
+		return
+	case err != nil:
 		writeError(w, http.StatusNotFound, apiError{Error: fmt.Sprintf("no job %q", name)})
 		return
 	}

@@ -19,10 +19,10 @@ import (
 // Config configures an Engine. Zero fields take the defaults below.
 type Config struct {
 	// Partitions is the default partition count of a job (default: the
-	// number of CPUs).
+	// number of CPUs, at most MaxPartitions).
 	Partitions int
 	// QueueSize is the default capacity of a partition queue, in events
-	// (default 65536).
+	// (default 65536, at most MaxQueueSize).
 	QueueSize int
 	// IngestWait is how long a request waits for room in full queues
 	// before it is refused with ErrBusy (default 200ms).
@@ -36,20 +36,39 @@ type Config struct {
 	// none).
 	Store   ft.Store
 	DataDir string
+	// MaxMemory is the memory budget of the jobs, in bytes: a job whose
+	// estimate (budget.go), added to the running jobs' estimates, would
+	// pass it is refused with a *BudgetError. 0 means half the machine's
+	// memory or of the cgroup's limit; negative means no budget.
+	MaxMemory int64
+	// MaxJobs is the most jobs the engine runs at once (default 64;
+	// negative: no limit); past it PutJob answers ErrTooManyJobs.
+	MaxJobs int
+	// Jobs records the jobs created at run time, so that Start restores
+	// them after a restart (nil: they last until the process ends).
+	Jobs JobStore
 }
 
 func (c *Config) ensureDefaults() {
 	if c.Partitions <= 0 {
 		c.Partitions = goruntime.NumCPU()
 	}
+	c.Partitions = min(c.Partitions, MaxPartitions)
 	if c.QueueSize <= 0 {
 		c.QueueSize = 65536
 	}
+	c.QueueSize = min(c.QueueSize, MaxQueueSize)
 	if c.IngestWait <= 0 {
 		c.IngestWait = 200 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.MaxMemory == 0 {
+		c.MaxMemory = defaultMaxMemory()
+	}
+	if c.MaxJobs == 0 {
+		c.MaxJobs = 64
 	}
 }
 
@@ -76,7 +95,11 @@ type Engine struct {
 		sync.RWMutex
 		jobs    map[string]*Job
 		streams map[string][]*Job // readers of each stream, guarded by mu
-		closed  bool
+		// deleting holds the names DeleteJob is removing: not free until
+		// their data is gone.
+		deleting map[string]bool
+		inUse    int64 // the running jobs' memory estimates
+		closed   bool
 	}
 	stopSampler chan struct{}
 	samplerDone chan struct{}
@@ -89,7 +112,10 @@ func NewEngine(cfg Config) *Engine {
 	e := &Engine{cfg: cfg, hub: NewHub(), log: cfg.Logger, stopSampler: make(chan struct{}), samplerDone: make(chan struct{})}
 	e.mu.jobs = map[string]*Job{}
 	e.mu.streams = map[string][]*Job{}
+	e.mu.deleting = map[string]bool{}
 	e.metrics = newMetrics(e, cfg.Registry)
+	e.log.Info("job limits", "max_memory_bytes", cfg.MaxMemory, "max_jobs", cfg.MaxJobs, "max_partitions", MaxPartitions,
+		"max_queue_size", MaxQueueSize, "job_records", cfg.Jobs != nil)
 	go e.sampleLoop()
 	return e
 }
@@ -131,36 +157,116 @@ type announcer interface {
 
 // PutJob validates spec and starts the job. It reports created=false when
 // an identical job already runs, and ErrJobExists when the name is taken
-// by a different spec. Invalid specs give a *SpecError.
+// by a different spec. Invalid specs give a *SpecError, a spec past the
+// memory budget a *BudgetError, one job too many ErrTooManyJobs. With
+// Config.Jobs the job is recorded, and Start restores it after a restart.
 func (e *Engine) PutJob(spec Spec) (created bool, err error) {
+	return e.putJob(spec, "", true)
+}
+
+// putJob starts a job of the given incarnation ("" for a new one) and,
+// if record, records it in Config.Jobs. The spec is checked and its
+// memory estimated before the lock, and before anything is allocated.
+func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created bool, err error) {
 	if err := spec.validate(e.cfg.Partitions, e.cfg.QueueSize); err != nil {
+		return false, err
+	}
+	withFT := e.cfg.Store != nil && spec.FT.Mode != ft.ModeNone
+	mem, err := estimateMemory(spec, withFT)
+	if err != nil {
 		return false, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if running, err := e.nameFree(spec); running || err != nil {
+		return false, err
+	}
+	if err := e.admit(spec.Name, mem); err != nil {
+		return false, err
+	}
+	if incarnation == "" {
+		incarnation = e.newIncarnation()
+	}
+	if withFT {
+		if err := e.claimDataDir(spec.Name, incarnation); err != nil {
+			return false, fmt.Errorf("job %q: %w", spec.Name, err)
+		}
+	}
+	j, err := e.launch(spec, mem, incarnation, record)
+	if err != nil {
+		return false, err
+	}
+	e.mu.jobs[spec.Name] = j
+	e.mu.inUse += mem.Total()
+	for _, st := range spec.Streams() {
+		e.mu.streams[st] = append(e.mu.streams[st], j)
+	}
+	e.log.Info("job started", "job", spec.Name, "kind", spec.Kind, "streams", spec.Streams(), "partitions", spec.Partitions,
+		"memory_estimate_bytes", mem.Total(), "incarnation", incarnation)
+	return true, nil
+}
+
+// nameFree says whether spec's name can take a new job: running when the
+// same spec runs already, an error when the engine is closing or the name
+// is another job's or being deleted. Called with mu held.
+func (e *Engine) nameFree(spec Spec) (running bool, err error) {
 	if e.mu.closed {
 		return false, ErrClosed
 	}
 	if old, ok := e.mu.jobs[spec.Name]; ok {
 		if sameSpec(old.spec, spec) {
-			return false, nil
+			return true, nil
 		}
 		return false, fmt.Errorf("%w: %q (delete it first)", ErrJobExists, spec.Name)
 	}
+	if e.mu.deleting[spec.Name] {
+		return false, fmt.Errorf("%w: %q is being deleted; try again", ErrJobExists, spec.Name)
+	}
+	return false, nil
+}
+
+// launch makes the job, recovers and starts it, and records it.
+func (e *Engine) launch(spec Spec, mem MemoryEstimate, incarnation string, record bool) (*Job, error) {
 	j, err := newJob(spec, e.hub, &e.cfg)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
+	j.mem = mem
 	if err := j.start(e.hub); err != nil {
-		return false, fmt.Errorf("job %q: %w", spec.Name, err)
+		return nil, fmt.Errorf("job %q: %w", spec.Name, err)
+	}
+	if record {
+		if err := e.record(j.spec, incarnation); err != nil {
+			j.stop()
+			return nil, err
+		}
 	}
 	j.sample(time.Now())
-	e.mu.jobs[spec.Name] = j
-	for _, st := range spec.Streams() {
-		e.mu.streams[st] = append(e.mu.streams[st], j)
+	return j, nil
+}
+
+// admit checks the job limits for one more job of the given estimate.
+// Called with mu held.
+func (e *Engine) admit(name string, mem MemoryEstimate) error {
+	if e.cfg.MaxJobs > 0 && len(e.mu.jobs) >= e.cfg.MaxJobs {
+		e.log.Warn("job refused: too many jobs", "job", name, "max_jobs", e.cfg.MaxJobs)
+		return fmt.Errorf("%w (%d; --max-jobs): delete one first", ErrTooManyJobs, e.cfg.MaxJobs)
 	}
-	e.log.Info("job started", "job", spec.Name, "kind", spec.Kind, "streams", spec.Streams(), "partitions", spec.Partitions)
-	return true, nil
+	if e.cfg.MaxMemory > 0 && mem.Total() > e.cfg.MaxMemory-e.mu.inUse {
+		err := &BudgetError{Job: name, Estimate: mem, Budget: e.cfg.MaxMemory, InUse: e.mu.inUse}
+		e.log.Warn("job refused: memory budget", "job", name, "estimate_bytes", mem.Total(), "budget_bytes", e.cfg.MaxMemory,
+			"in_use_bytes", e.mu.inUse, "field", mem.Field)
+		return err
+	}
+	return nil
+}
+
+// MemoryInUse is the sum of the running jobs' memory estimates, and the
+// budget (Config.MaxMemory; not positive: none).
+func (e *Engine) MemoryInUse() (inUse, budget int64) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.mu.inUse, e.cfg.MaxMemory
 }
 
 // sameSpec compares specs as their JSON would: params decoded from JSON
@@ -192,7 +298,8 @@ func sameSpec(a, b Spec) bool {
 }
 
 // DeleteJob stops a job after processing what it has queued, and removes
-// it.
+// it, its record (Config.Jobs) and its data. The name is free again when
+// it returns.
 func (e *Engine) DeleteJob(name string) error {
 	e.mu.Lock()
 	j, ok := e.mu.jobs[name]
@@ -201,6 +308,8 @@ func (e *Engine) DeleteJob(name string) error {
 		return ErrUnknownJob
 	}
 	delete(e.mu.jobs, name)
+	e.mu.inUse -= j.mem.Total()
+	e.mu.deleting[name] = true
 	for _, st := range j.spec.Streams() {
 		readers := e.mu.streams[st]
 		kept := readers[:0:0]
@@ -216,7 +325,21 @@ func (e *Engine) DeleteJob(name string) error {
 		}
 	}
 	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.mu.deleting, name)
+		e.mu.Unlock()
+	}()
 	j.stop()
+	// The record goes first: a crash before the data is gone leaves data
+	// that no record claims, which the name's next incarnation removes.
+	var err error
+	if e.cfg.Jobs != nil {
+		if err = e.cfg.Jobs.Delete(name); err != nil {
+			e.log.Error("removing the job's record: it will be restored at the next start", "job", name, "err", err)
+			err = fmt.Errorf("%w: %v", ErrJobRecord, err)
+		}
+	}
 	if j.ft != nil {
 		// Deleted means gone: its backups and logs too.
 		if err := e.cfg.Store.RemoveJob(name); err != nil {
@@ -227,7 +350,7 @@ func (e *Engine) DeleteJob(name string) error {
 		}
 	}
 	e.log.Info("job deleted", "job", name, "processed", j.processed())
-	return nil
+	return err
 }
 
 // Job returns the named job.

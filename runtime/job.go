@@ -67,6 +67,7 @@ type Job struct {
 	shedDelay     time.Duration  // max_delay of load shedding; 0 when off
 	wg            sync.WaitGroup // partition goroutines
 	ft            *jobFT         // nil when the job has no fault tolerance
+	mem           MemoryEstimate // what the job counts against Config.MaxMemory
 }
 
 // gate holds partitions back while a job is paused.
@@ -367,6 +368,9 @@ type JobStatus struct {
 	QueueCap   int64             `json:"queue_capacity"`
 	Latency    Latency           `json:"latency"`
 	Partitions []PartitionStatus `json:"partitions"`
+	// MemoryEstimate is what the job counts against the engine's memory
+	// budget (budget.go).
+	MemoryEstimate int64 `json:"memory_estimate_bytes"`
 
 	// FT is the fault-tolerance view; absent when the job has none.
 	FT *FTStatus `json:"ft,omitempty"`
@@ -410,7 +414,7 @@ type PartitionStatus struct {
 func (j *Job) Status(detail bool) JobStatus {
 	st := JobStatus{
 		Name: j.spec.Name, Kind: j.spec.Kind, Input: j.spec.Input, Streams: j.spec.Streams(), Spec: j.spec, Created: j.created,
-		Accepted: j.accepted.Load(), QueueDepth: j.depth(),
+		Accepted: j.accepted.Load(), QueueDepth: j.depth(), MemoryEstimate: j.mem.Total(),
 	}
 	for _, p := range j.parts {
 		pr := p.processed.Load()

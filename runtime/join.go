@@ -72,7 +72,7 @@ func newJoinJob(spec Spec, p *Params) (kindJob, error) {
 		return nil, err
 	}
 	partitions := max(spec.Partitions, 1)
-	if j.maxState, err = p.Bytes("max_state", 64<<20, int64(partitions)*joins.MinBytes, 1<<40); err != nil {
+	if j.maxState, err = p.Bytes("max_state", defaultMaxState, int64(partitions)*joins.MinBytes, maxJoinState); err != nil {
 		return nil, err
 	}
 	sample, err := p.Float("sample", 1, 1e-6, 1)
@@ -89,7 +89,7 @@ func newJoinJob(spec Spec, p *Params) (kindJob, error) {
 			return nil, perr("window", "must be none or a duration of at least 1ms such as 10s or 1m, got %q", window)
 		}
 	}
-	keep, err := p.Int("keep", 3, 1, 1000)
+	keep, err := p.Int("keep", defaultKeep, 1, maxKeep)
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ type logregJob struct {
 func newLogregJob(spec Spec, p *Params) (kindJob, error) {
 	cfg := learners.DefaultConfig()
 	var err error
-	if cfg.HashBits, err = p.Int("hash_bits", cfg.HashBits, 1, 28); err != nil {
+	if cfg.HashBits, err = p.Int("hash_bits", cfg.HashBits, 1, maxHashBits); err != nil {
 		return nil, err
 	}
 	if cfg.Optimizer, err = p.String("optimizer", cfg.Optimizer, "ftrl", "adagrad", "sgd"); err != nil {
@@ -77,7 +77,7 @@ func newLogregJob(spec Spec, p *Params) (kindJob, error) {
 		return nil, err
 	}
 	cfg.Adaptive = &adaptive
-	if cfg.Window, err = p.Int("window", cfg.Window, 1, 10_000_000); err != nil {
+	if cfg.Window, err = p.Int("window", cfg.Window, 1, maxLogregWindow); err != nil {
 		return nil, err
 	}
 	fields, err := readFields(p)

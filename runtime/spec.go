@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,11 +98,18 @@ func (f *FTSpec) validate(kind string) error {
 	if field, err := f.bounds().Validate(); err != nil {
 		return &SpecError{"ft." + field, err.Error()}
 	}
-	if f.CompactEvery < 0 {
-		return &SpecError{"ft.compact_every", fmt.Sprintf("must be at least 1, got %d", f.CompactEvery)}
-	}
-	if f.Window < 0 {
-		return &SpecError{"ft.window", fmt.Sprintf("must be at least 1 event, got %d", f.Window)}
+	for _, r := range []struct {
+		field string
+		v, hi int64
+	}{
+		{"max_pending", int64(f.MaxPending), maxFTEvents},
+		{"max_unacked", int64(f.MaxUnacked), maxFTEvents},
+		{"compact_every", int64(f.CompactEvery), maxCompactEvery},
+		{"window", f.Window, maxFTWindow},
+	} {
+		if r.v < 1 || r.v > r.hi {
+			return &SpecError{"ft." + r.field, fmt.Sprintf("must be in [1, %d] (0 = default), got %d", r.hi, r.v)}
+		}
 	}
 	return nil
 }
@@ -120,8 +126,6 @@ type SpecError struct {
 }
 
 func (e *SpecError) Error() string { return e.Field + ": " + e.Msg }
-
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // kinds maps a kind name to the constructor of its jobs. Each kind reads
 // and checks its own params.
@@ -144,8 +148,8 @@ func Kinds() []string {
 
 // validate checks the fields common to all kinds and fills defaults.
 func (s *Spec) validate(defPartitions, defQueue int) error {
-	if !nameRE.MatchString(s.Name) {
-		return &SpecError{"name", fmt.Sprintf("must be 1-128 letters, digits, '_', '-' or '.', starting with a letter or digit; got %q", s.Name)}
+	if err := CheckName(s.Name); err != nil {
+		return &SpecError{"name", err.Error()}
 	}
 	if s.Kind == "" {
 		return &SpecError{"kind", "required; one of " + strings.Join(Kinds(), ", ")}
@@ -156,20 +160,23 @@ func (s *Spec) validate(defPartitions, defQueue int) error {
 	if err := s.validateStreams(); err != nil {
 		return err
 	}
-	if s.Partitions < 0 || s.Partitions > 1024 {
-		return &SpecError{"partitions", fmt.Sprintf("must be in [1, 1024] (0 = number of CPUs), got %d", s.Partitions)}
+	if s.Partitions < 0 || s.Partitions > MaxPartitions {
+		return &SpecError{"partitions", fmt.Sprintf("must be in [1, %d] (0 = the engine's default), got %d", MaxPartitions, s.Partitions)}
 	}
 	if s.Partitions == 0 {
 		s.Partitions = defPartitions
 	}
-	if s.QueueSize < 0 || s.QueueSize > 1<<24 {
-		return &SpecError{"queue_size", fmt.Sprintf("must be in [1, %d] events (0 = default), got %d", 1<<24, s.QueueSize)}
+	if s.QueueSize < 0 || s.QueueSize > MaxQueueSize {
+		return &SpecError{"queue_size", fmt.Sprintf("must be in [1, %d] events (0 = the engine's default), got %d", MaxQueueSize, s.QueueSize)}
 	}
 	if s.QueueSize == 0 {
 		s.QueueSize = defQueue
 	}
 	if _, err := s.Sync.validate(s.Kind); err != nil {
 		return err
+	}
+	if s.Sync.Staleness > maxStaleness {
+		return &SpecError{"sync.staleness", fmt.Sprintf("must be in [1, %d] groups, got %d", maxStaleness, s.Sync.Staleness)}
 	}
 	if err := s.Shed.validate(s.Kind); err != nil {
 		return err
@@ -198,8 +205,8 @@ func (s *Spec) validateStreams() error {
 		if f.value == "" {
 			return &SpecError{f.name, "required: " + f.what}
 		}
-		if !nameRE.MatchString(f.value) {
-			return &SpecError{f.name, fmt.Sprintf("must be a stream name of letters, digits, '_', '-' or '.'; got %q", f.value)}
+		if err := CheckName(f.value); err != nil {
+			return &SpecError{f.name, "stream name: " + err.Error()}
 		}
 	}
 	if s.Kind == "join" && s.Left == s.Right {
@@ -369,6 +376,9 @@ func (p *Params) String(name, def string, allowed ...string) (string, error) {
 	if !ok {
 		return "", perr(name, "must be a string, got %s", jsonType(v))
 	}
+	if len(s) > maxParamString {
+		return "", perr(name, "must be at most %d bytes, got %d", maxParamString, len(s))
+	}
 	if len(allowed) > 0 {
 		for _, a := range allowed {
 			if s == a {
@@ -421,18 +431,10 @@ func (p *Params) Bytes(name string, def, lo, hi int64) (int64, error) {
 	if f, isNum := number(v); isNum {
 		n = f
 	} else if str, isStr := v.(string); isStr {
-		mult, num := int64(1), strings.TrimSpace(str)
-		for _, u := range byteUnits {
-			if strings.HasSuffix(num, u.suffix) {
-				mult, num = u.mult, strings.TrimSpace(strings.TrimSuffix(num, u.suffix))
-				break
-			}
-		}
-		f, err := strconv.ParseFloat(num, 64)
-		if err != nil {
+		var err error
+		if n, err = parseSize(str); err != nil {
 			return 0, perr(name, "must be a size such as 64MiB, 500KB or a number of bytes, got %q", str)
 		}
-		n = f * float64(mult)
 	} else {
 		return 0, perr(name, "must be a size such as 64MiB, got %s", jsonType(v))
 	}
@@ -440,6 +442,30 @@ func (p *Params) Bytes(name string, def, lo, hi int64) (int64, error) {
 		return 0, perr(name, "must be between %d and %d bytes, got %.0f", lo, hi, n)
 	}
 	return int64(n), nil
+}
+
+// parseSize reads a number of bytes with an optional unit of byteUnits.
+func parseSize(str string) (float64, error) {
+	mult, num := int64(1), strings.TrimSpace(str)
+	for _, u := range byteUnits {
+		if strings.HasSuffix(num, u.suffix) {
+			mult, num = u.mult, strings.TrimSpace(strings.TrimSuffix(num, u.suffix))
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	return f * float64(mult), err
+}
+
+// ParseBytes reads a size such as "8GiB", "500MB" or "1048576" (bytes),
+// for flags such as --max-memory. Negative sizes are allowed (they mean
+// "no limit" where a flag says so).
+func ParseBytes(s string) (int64, error) {
+	f, err := parseSize(s)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) >= 1<<62 {
+		return 0, fmt.Errorf("not a size such as 8GiB, 500MB or a number of bytes: %q", s)
+	}
+	return int64(f), nil
 }
 
 // Bool reads a boolean.

@@ -55,7 +55,7 @@ func readSynopsisParams(p *Params) (synopsisParams, error) {
 		}
 		sp.window = d
 	}
-	if sp.keep, err = p.Int("keep", 3, 1, 1000); err != nil {
+	if sp.keep, err = p.Int("keep", defaultKeep, 1, maxKeep); err != nil {
 		return sp, err
 	}
 	if sp.fields, err = readFields(p); err != nil {
@@ -231,10 +231,10 @@ func newHHJob(spec Spec, p *Params) (kindJob, error) {
 		return nil, err
 	}
 	j := &hhJob{sp: sp}
-	if j.k, err = p.Int("k", 20, 1, 100_000); err != nil {
+	if j.k, err = p.Int("k", 20, 1, maxK); err != nil {
 		return nil, err
 	}
-	if j.counters, err = p.Int("counters", 2000, 1, 10_000_000); err != nil {
+	if j.counters, err = p.Int("counters", defaultCounters, 1, maxCounters); err != nil {
 		return nil, err
 	}
 	if j.counters < j.k {
@@ -510,7 +510,7 @@ func newDistinctJob(spec Spec, p *Params) (kindJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	prec, err := p.Int("precision", 14, 4, 18)
+	prec, err := p.Int("precision", defaultPrec, 4, 18)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,268 @@
+package runtime
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/mlstream/mlstream/learners"
+)
+
+// Ranges of job spec fields and params. Ranges keep one field from
+// asking for more than the machine has; within them, the memory budget
+// (Config.MaxMemory) decides.
+const (
+	// MaxPartitions is the most partitions a job may have.
+	MaxPartitions = 256
+	// MaxQueueSize is the largest partition queue, in events.
+	MaxQueueSize = 1 << 20
+
+	maxHashBits     = 26 // logreg: 2^26 slots of 32 bytes, 2 GiB
+	maxLogregWindow = 1_000_000
+	defaultCounters = 2000
+	maxCounters     = 1 << 20
+	maxK            = 10_000
+	maxKeep         = 100
+	defaultKeep     = 3
+	defaultPrec     = 14
+	defaultMaxState = 64 << 20
+	maxJoinState    = 1 << 40
+	maxFTEvents     = 1 << 30
+	maxCompactEvery = 1024
+	maxFTWindow     = 1 << 40
+	maxParamString  = 256
+	maxStaleness    = 1 << 20
+)
+
+// Bytes behind the estimates, measured on amd64 (see budget_test.go).
+const (
+	// queuedEventBytes is a queued event: its Record (~100 bytes) and
+	// what extraction copied (a few features or values).
+	queuedEventBytes = 192
+	// logregSlotBytes is a model slot: four float64 words.
+	logregSlotBytes = 32
+	// logregPartBytes is a partition's learner: its local delta at its
+	// initial 4,096 entries of 32 bytes and scratch.
+	logregPartBytes = 4096*32 + 2048*4 + 64*40
+	// logregDeltaSlots is how many slots a partition's delta is assumed
+	// to grow to between merges (it grows with the slots touched, at most
+	// 4 entries per model slot).
+	logregDeltaSlots = 1 << 14
+	// progressiveBytes is one event of the progressive metrics' window,
+	// held twice per partition (its own and the published copy).
+	progressiveBytes = 8
+	// hhCounterBytes is a heavy-hitter counter with its share of the
+	// index, and an item of ~30 bytes.
+	hhCounterBytes = 130 + 32
+	// hllRegisterBytes is a distinct register: the sketch's byte, our
+	// copy of it and the changed bit.
+	hllRegisterBytes = 2.2
+	// publishedSummaries is what a synopsis partition holds besides its
+	// live windows: the published current, last and all windows, and the
+	// blank summary that stands for a missing window.
+	publishedSummaries = 4
+)
+
+// MemoryEstimate is a job's memory, estimated from its spec before
+// anything is allocated: the kind's state at its largest (models, every
+// window kept, a join's max_state) and its queues full.
+type MemoryEstimate struct {
+	State  int64 `json:"state_bytes"`
+	Queues int64 `json:"queue_bytes"`
+	// Field is the spec field that weighs most, named in refusals.
+	Field string `json:"field"`
+}
+
+// Total is state and queues.
+func (m MemoryEstimate) Total() int64 { return m.State + m.Queues }
+
+// estimateMemory estimates spec's memory. spec must be validated (its
+// partitions and queue size filled); its params are read with the ranges
+// of the kind's constructor, so a param out of range is a SpecError here
+// already, before the budget is asked. withFT says whether the job will
+// have fault tolerance.
+func estimateMemory(spec Spec, withFT bool) (MemoryEstimate, error) {
+	p := newParams(spec.Params)
+	var state int64
+	var field string
+	var err error
+	switch spec.Kind {
+	case "logreg":
+		state, field, err = logregMemory(spec, p, withFT)
+	case "heavy_hitters":
+		state, field, err = hhMemory(spec, p)
+	case "distinct":
+		state, field, err = distinctMemory(spec, p)
+	case "join":
+		state, field, err = joinMemory(spec, p)
+	}
+	if err != nil {
+		return MemoryEstimate{}, err
+	}
+	m := MemoryEstimate{State: state, Queues: int64(spec.Partitions) * int64(spec.QueueSize) * queuedEventBytes, Field: field}
+	if m.Queues > m.State {
+		m.Field = "queue_size"
+	}
+	return m, nil
+}
+
+func logregMemory(spec Spec, p *Params, withFT bool) (int64, string, error) {
+	hb, err := p.Int("hash_bits", learners.DefaultHashBits, 1, maxHashBits)
+	if err != nil {
+		return 0, "", err
+	}
+	window, err := p.Int("window", learners.DefaultWindow, 1, maxLogregWindow)
+	if err != nil {
+		return 0, "", err
+	}
+	slots := int64(1)<<hb + 1
+	model := slots * logregSlotBytes
+	if withFT {
+		model += slots / 8 // the tracker's bitmap of slots changed since the backup
+	}
+	delta := 4 * min(slots, logregDeltaSlots) * 32
+	part := logregPartBytes + max(delta-4096*32, 0) + 2*int64(window)*progressiveBytes
+	return model + int64(spec.Partitions)*part, "params.hash_bits", nil
+}
+
+// summaries is how many summaries a synopsis partition holds at most: its
+// live windows (the current one and keep closed ones, or one for the
+// whole stream) and the published ones.
+func summaries(p *Params) (int64, error) {
+	keep, err := p.Int("keep", defaultKeep, 1, maxKeep)
+	if err != nil {
+		return 0, err
+	}
+	w, err := p.String("window", "none")
+	if err != nil {
+		return 0, err
+	}
+	live := int64(1)
+	if w != "none" {
+		live += int64(keep)
+	}
+	return live + publishedSummaries, nil
+}
+
+func hhMemory(spec Spec, p *Params) (int64, string, error) {
+	counters, err := p.Int("counters", defaultCounters, 1, maxCounters)
+	if err != nil {
+		return 0, "", err
+	}
+	n, err := summaries(p)
+	if err != nil {
+		return 0, "", err
+	}
+	return int64(spec.Partitions) * n * int64(counters) * hhCounterBytes, "params.counters", nil
+}
+
+func distinctMemory(spec Spec, p *Params) (int64, string, error) {
+	prec, err := p.Int("precision", defaultPrec, 4, 18)
+	if err != nil {
+		return 0, "", err
+	}
+	n, err := summaries(p)
+	if err != nil {
+		return 0, "", err
+	}
+	sketch := int64(float64(int64(1)<<prec) * hllRegisterBytes)
+	return int64(spec.Partitions) * n * sketch, "params.precision", nil
+}
+
+func joinMemory(spec Spec, p *Params) (int64, string, error) {
+	// The join's own bound on its buffered tuples, enforced by package
+	// joins; its lower bound is checked by the constructor.
+	maxState, err := p.Bytes("max_state", defaultMaxState, 0, maxJoinState)
+	if err != nil {
+		return 0, "", err
+	}
+	return maxState, "params.max_state", nil
+}
+
+// Errors of the limits, matched with errors.Is by the api package.
+var (
+	ErrMemoryBudget = errors.New("runtime: the job would exceed the memory budget")
+	ErrTooManyJobs  = errors.New("runtime: the engine runs as many jobs as it may")
+)
+
+// BudgetError refuses a job whose memory estimate does not fit in what
+// the budget has left.
+type BudgetError struct {
+	Job      string
+	Estimate MemoryEstimate
+	Budget   int64 // Config.MaxMemory
+	InUse    int64 // the running jobs' estimates
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("job %q needs an estimated %s (%s of state, %s of queues; %s weighs most), but the memory budget of %s has %s left (%s in use by the running jobs)",
+		e.Job, fmtBytes(e.Estimate.Total()), fmtBytes(e.Estimate.State), fmtBytes(e.Estimate.Queues), e.Estimate.Field,
+		fmtBytes(e.Budget), fmtBytes(max(e.Budget-e.InUse, 0)), fmtBytes(e.InUse))
+}
+
+func (e *BudgetError) Unwrap() error { return ErrMemoryBudget }
+
+// fmtBytes writes n in the largest binary unit that keeps it at least 1.
+func fmtBytes(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	f, i := float64(n)/1024, 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + " " + units[i:i+1] + "iB"
+}
+
+// defaultMaxMemory is half the memory the process may use: the machine's
+// (MemTotal of /proc/meminfo) or its cgroup's limit, whichever is less.
+// 0 when neither can be read (no budget).
+func defaultMaxMemory() int64 {
+	limit := memTotal()
+	if c := cgroupLimit(); c > 0 && (limit == 0 || c < limit) {
+		limit = c
+	}
+	return limit / 2
+}
+
+func memTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// MemTotal:       24684084 kB
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 3 && fields[0] == "MemTotal:" && fields[2] == "kB" {
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// cgroupLimit reads the memory limit of cgroup v2, then v1; 0 when there
+// is none ("max", or v1's huge "unlimited" value).
+func cgroupLimit() int64 {
+	for _, path := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.ParseInt(string(bytes.TrimSpace(data)), 10, 64)
+		if err == nil && n > 0 && n < 1<<60 {
+			return n
+		}
+	}
+	return 0
+}

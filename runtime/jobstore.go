@@ -1,0 +1,215 @@
+package runtime
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/mlstream/mlstream/ft"
+)
+
+// JobStore records the jobs created at run time (PUT /v1/jobs/{name}), so
+// that they survive a restart. ft.JobDir is the implementation over a
+// directory. Calls for one name never overlap.
+type JobStore interface {
+	// Save records a job durably, replacing the record of its name.
+	Save(rec ft.JobRecord) error
+	// Delete removes the record of a name, durably; none is no error.
+	Delete(name string) error
+	// Load returns the records; damaged ones are reported in damaged and
+	// left out.
+	Load() (recs []ft.JobRecord, damaged []error, err error)
+}
+
+var _ JobStore = (*ft.JobDir)(nil)
+
+// ErrJobRecord says the job's record could not be written or removed.
+var ErrJobRecord = errors.New("runtime: could not record the job")
+
+// Incarnations. Each job has one: a new random id when it is created at
+// run time, kept in its record; the config file's jobs share
+// fileIncarnation, so that they recover their data across restarts (and
+// edits of the file) as before records existed. A job's data directory
+// holds its incarnation in incarnationFile, and a job never recovers the
+// data of another incarnation: see claimDataDir.
+const (
+	fileIncarnation = "config"
+	incarnationFile = "incarnation"
+)
+
+// newIncarnation is a new job's. Without Config.Jobs nothing tells a new
+// job from a restarted one, so every job is of fileIncarnation and
+// recovers the data of its name, as before records existed.
+func (e *Engine) newIncarnation() string {
+	if e.cfg.Jobs == nil {
+		return fileIncarnation
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// record saves a job created at run time in Config.Jobs.
+func (e *Engine) record(spec Spec, incarnation string) error {
+	if e.cfg.Jobs == nil {
+		return nil
+	}
+	js, err := json.Marshal(spec)
+	if err == nil {
+		err = e.cfg.Jobs.Save(ft.JobRecord{Name: spec.Name, Incarnation: incarnation, Spec: js})
+	}
+	if err != nil {
+		e.log.Error("recording the job", "job", spec.Name, "err", err)
+		return fmt.Errorf("%w %q: %v", ErrJobRecord, spec.Name, err)
+	}
+	return nil
+}
+
+// claimDataDir makes the job's data directory the incarnation's before
+// the job opens it: data of another incarnation (a job deleted, or whose
+// deletion a crash interrupted, or replaced by the config file) is
+// removed. Data without an incarnation file is from before incarnations
+// existed: the config file's jobs keep it, other jobs remove it.
+func (e *Engine) claimDataDir(name, incarnation string) error {
+	dir := filepath.Join(e.cfg.DataDir, name) // as newJobFT has it
+	marker := filepath.Join(dir, incarnationFile)
+	data, err := os.ReadFile(marker)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("reading the incarnation of its data: %w", err)
+	}
+	owner, unmarked := string(bytes.TrimSpace(data)), err != nil
+	switch {
+	case !unmarked && owner == incarnation:
+		return nil
+	case unmarked && (incarnation == fileIncarnation || !exists(dir)):
+	default:
+		e.log.Warn("removing the data of an earlier job of the same name", "job", name, "dir", dir,
+			"its_incarnation", owner, "incarnation", incarnation)
+		if err := e.cfg.Store.RemoveJob(name); err != nil {
+			return fmt.Errorf("removing an earlier job's backups: %w", err)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("removing an earlier job's data: %w", err)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return ft.WriteFileAtomic(marker, []byte(incarnation+"\n"))
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// FileJobError is Start's error for a job of the config file.
+type FileJobError struct {
+	Index int // in the file's list
+	Name  string
+	Err   error
+}
+
+func (e *FileJobError) Error() string {
+	return fmt.Sprintf("jobs[%d] (%q): %v", e.Index, e.Name, e.Err)
+}
+func (e *FileJobError) Unwrap() error { return e.Err }
+
+// Start starts the config file's jobs, then restores the jobs recorded
+// at run time (Config.Jobs). A recorded job whose name the file also has
+// goes on with its data when the two specs agree; when they differ, the
+// file wins: a warning names both, the record is removed and the file's
+// job does not see the recorded job's data. A damaged record, or a recorded
+// job that no longer starts (a lower budget, say), is logged and skipped:
+// only the file's jobs can fail Start, with a *FileJobError.
+func (e *Engine) Start(file []Spec) error {
+	recorded := e.loadRecords()
+	for i, spec := range file {
+		incarnation := fileIncarnation
+		if rec, ok := recorded[spec.Name]; ok {
+			delete(recorded, spec.Name)
+			incarnation = e.reconcile(spec, rec)
+		}
+		if _, err := e.putJob(spec, incarnation, false); err != nil {
+			return &FileJobError{Index: i, Name: spec.Name, Err: err}
+		}
+	}
+	for _, rec := range sortedRecords(recorded) {
+		spec, err := DecodeSpec(rec.Spec)
+		if err == nil {
+			_, err = e.putJob(spec, rec.Incarnation, false)
+		}
+		if err != nil {
+			e.log.Error("job recorded at run time not restored (its record is kept)", "job", rec.Name, "err", err)
+			continue
+		}
+		e.log.Info("job restored", "job", rec.Name, "incarnation", rec.Incarnation)
+	}
+	return nil
+}
+
+// loadRecords reads Config.Jobs, reporting damaged records.
+func (e *Engine) loadRecords() map[string]ft.JobRecord {
+	out := map[string]ft.JobRecord{}
+	if e.cfg.Jobs == nil {
+		return out
+	}
+	recs, damaged, err := e.cfg.Jobs.Load()
+	if err != nil {
+		e.log.Error("reading the jobs recorded at run time: none restored", "err", err)
+	}
+	for _, d := range damaged {
+		e.log.Error("damaged job record ignored", "err", d)
+	}
+	for _, r := range recs {
+		out[r.Name] = r
+	}
+	return out
+}
+
+// reconcile decides the incarnation of a config file job that also has a
+// record: the record's when the specs agree (the job created at run time
+// goes on, with its data), else the file's, with a warning, and the
+// record is removed.
+func (e *Engine) reconcile(fileSpec Spec, rec ft.JobRecord) string {
+	a, b := fileSpec, Spec{}
+	recSpec, err := DecodeSpec(rec.Spec)
+	if err == nil {
+		b = recSpec
+		err = errors.Join(a.validate(e.cfg.Partitions, e.cfg.QueueSize), b.validate(e.cfg.Partitions, e.cfg.QueueSize))
+	}
+	if err == nil && sameSpec(a, b) {
+		return rec.Incarnation
+	}
+	e.log.Warn("the config file and a job recorded at run time differ: the file wins, the recorded job and its data are dropped",
+		"job", fileSpec.Name, "file_spec", specJSON(fileSpec), "recorded_spec", string(rec.Spec))
+	if err := e.cfg.Jobs.Delete(rec.Name); err != nil {
+		e.log.Error("removing the dropped job's record", "job", rec.Name, "err", err)
+	}
+	return fileIncarnation
+}
+
+func specJSON(s Spec) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
+}
+
+func sortedRecords(m map[string]ft.JobRecord) []ft.JobRecord {
+	out := make([]ft.JobRecord, 0, len(m))
+	for _, r := range m {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b ft.JobRecord) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
