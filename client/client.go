@@ -194,8 +194,8 @@ func (c *Client) do(ctx context.Context, cl *call, out any) (int, error) {
 		if ctx.Err() != nil {
 			return status, fmt.Errorf("%s %s: %w (last attempt: %v)", cl.method, cl.path, ctx.Err(), err)
 		}
-		wait := c.policy.wait(err, retries)
-		if gu := c.giveUp(start, retries, wait, err); gu != nil {
+		wait, gu := c.giveUp(start, retries, c.policy.wait(err, retries), err)
+		if gu != nil {
 			return status, gu
 		}
 		r := Retry{Method: cl.method, Path: cl.path, Attempt: retries + 1, Err: err, Wait: wait}

@@ -351,3 +351,41 @@ func TestNewRejectsBadURL(t *testing.T) {
 		}
 	}
 }
+
+// A server that comes up while a call retries takes the retried request:
+// connection errors are retried until it is there.
+func TestRetriesUntilServerIsBack(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var once sync.Once
+	c := newClient(t, "http://"+addr, client.Config{
+		Retry: client.RetryPolicy{Backoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
+		OnRetry: func(r client.Retry) {
+			if r.Attempt < 3 {
+				return
+			}
+			once.Do(func() { // the server starts on the address after two failed retries
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					t.Errorf("listening again on %s: %v", addr, err)
+					return
+				}
+				srv, _ := startServer(t, runtime.Config{}, nil)
+				srv.http.Close()
+				back := &http.Server{Handler: srv.http.Config.Handler}
+				go back.Serve(ln)
+				t.Cleanup(func() { back.Close() })
+			})
+		},
+	})
+	if err := c.Healthz(t.Context()); err == nil {
+		t.Fatal("Healthz of a dead server succeeded")
+	}
+	if _, err := c.Jobs(t.Context()); err != nil {
+		t.Fatalf("Jobs once the server is back: %v", err)
+	}
+}

@@ -23,13 +23,14 @@ type RetryPolicy struct {
 	// none).
 	MaxRetries int
 	// GiveUpAfter bounds how long a request is retried while the server
-	// answers nothing but failures: retrying stops, with a *GiveUpError,
-	// when the next attempt would start more than GiveUpAfter after the
+	// answers nothing but failures: once GiveUpAfter has passed since the
 	// later of the request's start and the last answer this Client got
-	// that was not retried. A dead or unreachable server thus fails a call
-	// within GiveUpAfter plus one RequestTimeout, while a busy one that
-	// still takes other requests of this Client is retried up to
-	// MaxRetries (default 30s; negative: no bound).
+	// that was not retried, the request is tried a last time (a wait that
+	// would end later is cut short) and then fails with a *GiveUpError. A
+	// dead or unreachable server thus fails a call after GiveUpAfter plus
+	// at most one RequestTimeout, while a busy one that still takes other
+	// requests of this Client is retried up to MaxRetries (default 30s;
+	// negative: no bound).
 	GiveUpAfter time.Duration
 	// Backoff is the first wait after a connection error, 408 or 5xx, and
 	// after a 429 that names no delay; it doubles with each retry up to
@@ -103,22 +104,24 @@ func (e *GiveUpError) Error() string {
 func (e *GiveUpError) Unwrap() error { return e.Err }
 
 // giveUp returns the error that ends the retries of a request started at
-// start, or nil when it may wait and try again.
-func (c *Client) giveUp(start time.Time, retries int, wait time.Duration, err error) error {
+// start, or nil and the wait before the next attempt: wait, cut to end at
+// the give-up time.
+func (c *Client) giveUp(start time.Time, retries int, wait time.Duration, err error) (time.Duration, error) {
 	if retries >= max(c.policy.MaxRetries, 0) {
-		return &GiveUpError{Retries: retries, MaxRetries: true, Err: err, Quiet: time.Since(start)}
+		return 0, &GiveUpError{Retries: retries, MaxRetries: true, Err: err, Quiet: time.Since(start)}
 	}
 	if c.policy.GiveUpAfter < 0 {
-		return nil
+		return wait, nil
 	}
 	since := start
 	if last := time.Unix(0, c.answered.Load()); last.After(since) {
 		since = last
 	}
-	if quiet := time.Since(since); quiet+wait > c.policy.GiveUpAfter {
-		return &GiveUpError{Retries: retries, Err: err, Quiet: quiet}
+	left := c.policy.GiveUpAfter - time.Since(since)
+	if left <= 0 {
+		return 0, &GiveUpError{Retries: retries, Err: err, Quiet: time.Since(since)}
 	}
-	return nil
+	return min(wait, left), nil
 }
 
 // retryAfter reads the delay a 429 or 503 asks for: retry_after_ms of the
