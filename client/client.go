@@ -167,7 +167,8 @@ type call struct {
 	contentType  string
 	body         []byte
 	noRetry      bool
-	// okStatuses other than 2xx that are answers, not errors (readyz's 503).
+	// okStatus is a status besides 2xx that is an answer, not an error
+	// (readyz's 503).
 	okStatus int
 	// onRetry and sleepCtx override the client's hook and the context
 	// retry waits stop on (the Sender's).
@@ -184,7 +185,7 @@ func (c *Client) do(ctx context.Context, cl *call, out any) (int, error) {
 		sleepCtx = ctx
 	}
 	for retries := 0; ; retries++ {
-		status, err, transient := c.attempt(ctx, cl, out)
+		status, transient, err := c.attempt(ctx, cl, out)
 		if err == nil || !transient || cl.noRetry {
 			if status != 0 {
 				c.answered.Store(time.Now().UnixNano())
@@ -213,7 +214,7 @@ func (c *Client) do(ctx context.Context, cl *call, out any) (int, error) {
 // attempt sends the request once. A non-nil error is an *Error for a
 // refusal, a network error, or an answer that cannot be read; transient
 // says whether trying again may help (network errors, 408, 429, 5xx).
-func (c *Client) attempt(ctx context.Context, cl *call, out any) (status int, err error, transient bool) {
+func (c *Client) attempt(ctx context.Context, cl *call, out any) (status int, transient bool, err error) {
 	if c.cfg.RequestTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
@@ -221,33 +222,33 @@ func (c *Client) attempt(ctx context.Context, cl *call, out any) (status int, er
 	}
 	req, err := c.newRequest(ctx, cl)
 	if err != nil {
-		return 0, err, false
+		return 0, false, err
 	}
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return 0, err, true
+		return 0, true, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1))
 	if err != nil {
-		return 0, fmt.Errorf("%s %s: reading the answer: %w", cl.method, cl.path, err), true
+		return 0, true, fmt.Errorf("%s %s: reading the answer: %w", cl.method, cl.path, err)
 	}
 	if int64(len(body)) > c.cfg.MaxResponseBytes {
-		return resp.StatusCode, fmt.Errorf("%s %s: answer over MaxResponseBytes (%d bytes)", cl.method, cl.path, c.cfg.MaxResponseBytes), false
+		return resp.StatusCode, false, fmt.Errorf("%s %s: answer over MaxResponseBytes (%d bytes)", cl.method, cl.path, c.cfg.MaxResponseBytes)
 	}
 	if (resp.StatusCode < 200 || resp.StatusCode > 299) && resp.StatusCode != cl.okStatus {
 		e := newError(resp.StatusCode, resp.Header, body, time.Now())
-		return resp.StatusCode, e, e.transient()
+		return resp.StatusCode, e.transient(), e
 	}
 	if out != nil {
 		if err := json.Unmarshal(body, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("%s %s: answer is not the JSON expected: %w", cl.method, cl.path, err), false
+			return resp.StatusCode, false, fmt.Errorf("%s %s: answer is not the JSON expected: %w", cl.method, cl.path, err)
 		}
 		if r, ok := out.(rawKeeper); ok {
 			r.keepRaw(body)
 		}
 	}
-	return resp.StatusCode, nil, false
+	return resp.StatusCode, false, nil
 }
 
 func (c *Client) newRequest(ctx context.Context, cl *call) (*http.Request, error) {

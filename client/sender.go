@@ -102,7 +102,8 @@ func (e *SendError) Unwrap() error { return e.Err }
 // batch refused as bad (400) or too large (413) is reported to OnResult
 // and the Sender goes on; any other refusal and a batch whose retries give
 // up stop it with a *SendError. Add blocks while Concurrency batches are
-// in flight. Safe for concurrent use.
+// in flight. Close must be called: it ends the sending goroutines. Safe
+// for concurrent use.
 type Sender struct {
 	c      *Client
 	stream string
