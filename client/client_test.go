@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mlstream/mlstream/client"
+	"github.com/mlstream/mlstream/ft"
 	"github.com/mlstream/mlstream/runtime"
 )
 
@@ -387,5 +388,80 @@ func TestRetriesUntilServerIsBack(t *testing.T) {
 	}
 	if _, err := c.Jobs(t.Context()); err != nil {
 		t.Fatalf("Jobs once the server is back: %v", err)
+	}
+}
+
+// The typed accessors decode each kind of feed message the server sends:
+// stats, topk, distinct and backup while it runs, and recovery after a
+// restart on the same data directory.
+func TestFeedMessagesDecode(t *testing.T) {
+	dir := t.TempDir()
+	start := func() (*client.Client, func()) {
+		store, err := ft.NewDirStore(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, stop := startServer(t, runtime.Config{Store: store, DataDir: dir}, nil)
+		c := newClient(t, srv.http.URL, client.Config{})
+		for _, spec := range []client.JobSpec{
+			{Name: "words", Kind: "heavy_hitters", Input: "mail", Params: map[string]any{"field": "features"}, FT: map[string]any{"max_divergence": 1}},
+			{Name: "users", Kind: "distinct", Input: "mail", Params: map[string]any{"field": "key"}},
+		} {
+			if _, err := c.PutJob(t.Context(), spec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c, stop
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	c, stop := start()
+	sub, err := c.Subscribe(ctx, client.SubscribeOptions{Types: []string{client.TypeStats, client.TypeTopK, client.TypeDistinct, client.TypeBackup}, WaitSubscribed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PostEvents(ctx, "mail", events(0, 40)); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < 4 {
+		m, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %v: %v", seen, err)
+		}
+		switch m.Type {
+		case client.TypeStats:
+			s, err := m.Stats()
+			seen[m.Type] = err == nil && s.Stats.Name == m.Job && len(s.Stats.Raw) > 0
+		case client.TypeTopK:
+			top, err := m.TopK()
+			seen[m.Type] = err == nil && len(top.Items) > 0 && top.Items[0].Upper >= top.Items[0].Estimate
+		case client.TypeDistinct:
+			d, err := m.Distinct()
+			seen[m.Type] = err == nil && d.Estimate > 0
+		case client.TypeBackup:
+			b, err := m.Backup()
+			seen[m.Type] = err == nil && b.Index > 0 && len(b.LastSeqs) > 0
+		}
+		if !seen[m.Type] {
+			t.Fatalf("did not decode: %s", m.Raw)
+		}
+	}
+	sub.Close()
+	stop()
+
+	c, _ = start()
+	sub, err = c.Subscribe(ctx, client.SubscribeOptions{Jobs: []string{"users"}, Types: []string{client.TypeRecovery}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	m, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.Recovery()
+	if err != nil || r.Job != "users" || !r.Clean || r.Lost != 0 || r.Backups == 0 || len(r.Raw) == 0 {
+		t.Fatalf("recovery %+v, %v: %s", r, err, m.Raw)
 	}
 }
