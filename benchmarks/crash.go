@@ -1,17 +1,16 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
+	"context"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/mlstream/mlstream/client"
 	"github.com/mlstream/mlstream/internal/gen"
 	"github.com/mlstream/mlstream/joins"
 	"github.com/mlstream/mlstream/runtime"
@@ -153,8 +152,10 @@ func hhCrashes(bin string, quick bool) {
 		run, err := runCrashes(bin, `{"jobs":[{"name":"bench","kind":"heavy_hitters","input":"s","partitions":2,"params":{"field":"item","counters":2000}}]}`, k,
 			func(url string, i int) { lo, hi := part(i, k, len(reqs)); postRequests(url, reqs[lo:hi]) },
 			func(url string) {
-				var top runtime.TopK
-				getJSON(url+"/v1/jobs/bench/topk?k=2000&window=all", &top)
+				top, err := clientFor(url).TopK(context.Background(), "bench", 2000, client.WindowAll)
+				if err != nil {
+					panic(err)
+				}
 				for _, it := range top.Items {
 					if it.Estimate > threshold {
 						reported++
@@ -229,31 +230,29 @@ func medianDuration(ds []time.Duration) string {
 	return time.Duration(mid(durations(ds))).String()
 }
 
-// postRequests posts each request, retrying 429s.
-func postRequests(url string, reqs []request) {
-	for _, r := range reqs {
-		for {
-			resp, err := http.Post(url+"/v1/streams/"+r.stream+"/events", "application/x-ndjson", bytes.NewReader(r.body))
-			if err != nil {
-				panic(err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 202 {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-}
+// benchClients holds one client per server URL, so that connections are
+// reused across calls.
+var benchClients sync.Map
 
-func getJSON(url string, v any) {
-	resp, err := http.Get(url)
+// clientFor returns the client of the server at url.
+func clientFor(url string) *client.Client {
+	if c, ok := benchClients.Load(url); ok {
+		return c.(*client.Client)
+	}
+	c, err := client.New(url, client.Config{Retry: client.RetryPolicy{GiveUpAfter: time.Minute}})
 	if err != nil {
 		panic(err)
 	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		panic(err)
+	got, _ := benchClients.LoadOrStore(url, c)
+	return got.(*client.Client)
+}
+
+// postRequests posts each request, retrying as the server asks.
+func postRequests(url string, reqs []request) {
+	c := clientFor(url)
+	for _, r := range reqs {
+		if _, err := c.PostEvents(context.Background(), r.stream, r.body); err != nil {
+			panic(err)
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -206,13 +205,10 @@ func startServer(bin, cfg, data string) (*exec.Cmd, string, time.Duration, error
 	select {
 	case a := <-addr:
 		url := "http://" + a
-		for {
-			resp, err := http.Get(url + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					return cmd, url, time.Since(start), nil
-				}
+		c := clientFor(url)
+		for { // polled every 2 ms, finer than WaitReady, for the restart times
+			if ok, _ := c.Ready(context.Background()); ok {
+				return cmd, url, time.Since(start), nil
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
@@ -230,7 +226,17 @@ func postLines(url string, lines [][]byte) {
 	postRequests(url, reqs)
 }
 
-func getStatus(url string, st *runtime.JobStatus) { getJSON(url+"/v1/jobs/bench", st) }
+// getStatus reads the status of job bench, with every field of the
+// runtime's.
+func getStatus(url string, st *runtime.JobStatus) {
+	s, err := clientFor(url).Job(context.Background(), "bench")
+	if err != nil {
+		panic(err)
+	}
+	if err := json.Unmarshal(s.Raw, st); err != nil {
+		panic(err)
+	}
+}
 
 func waitProcessed(url string, n int) {
 	deadline := time.Now().Add(time.Minute)
@@ -245,17 +251,12 @@ func waitProcessed(url string, n int) {
 }
 
 func predictAccuracy(url string, held []gen.Event) float64 {
-	var body []byte
-	for _, ev := range held {
-		body = append(ev.AppendJSON(body), '\n')
+	evs := make([]any, len(held))
+	for i, ev := range held {
+		evs[i] = json.RawMessage(ev.AppendJSON(nil))
 	}
-	resp, err := http.Post(url+"/v1/jobs/bench/predict", "application/x-ndjson", bytes.NewReader(body))
+	out, err := clientFor(url).Predict(context.Background(), "bench", evs...)
 	if err != nil {
-		panic(err)
-	}
-	defer resp.Body.Close()
-	var out struct{ Predictions []struct{ P float64 } }
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		panic(err)
 	}
 	right := 0

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/mlstream/mlstream/api"
+	"github.com/mlstream/mlstream/client"
 	"github.com/mlstream/mlstream/ft"
 	"github.com/mlstream/mlstream/internal/gen"
 	"github.com/mlstream/mlstream/learners"
@@ -327,8 +328,10 @@ func ingestEngine(reqs []request, events int, spec runtime.Spec, dataDir string)
 	hs := &http.Server{Handler: srv}
 	go hs.Serve(ln)
 	defer hs.Close()
-	base := "http://" + ln.Addr().String() + "/v1/streams/"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	c, err := client.New("http://"+ln.Addr().String(), client.Config{HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}})
+	if err != nil {
+		panic(err)
+	}
 	cpu0 := cpuTime()
 	work := make(chan request, len(reqs))
 	for _, r := range reqs {
@@ -340,20 +343,8 @@ func ingestEngine(reqs []request, events int, spec runtime.Spec, dataDir string)
 	for range 2 {
 		wg.Go(func() {
 			for r := range work {
-				for {
-					resp, err := client.Post(base+r.stream+"/events", "application/x-ndjson", bytes.NewReader(r.body))
-					if err != nil {
-						panic(err)
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode == http.StatusAccepted {
-						break
-					}
-					if resp.StatusCode != http.StatusTooManyRequests {
-						panic(resp.Status)
-					}
-					time.Sleep(5 * time.Millisecond)
+				if _, err := c.PostEvents(context.Background(), r.stream, r.body); err != nil { // 429s are retried
+					panic(err)
 				}
 			}
 		})

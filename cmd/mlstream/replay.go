@@ -6,20 +6,18 @@ package main
 //   - The file is read line by line with a bufio.Reader (lines up to 16 MiB; a longer line stops
 //     the replay with its line number). Blank lines are skipped. Lines are not parsed: the server
 //     is the only judge of an event, and a batch is accepted or rejected whole.
-//   - Events are grouped into batches of --batch lines (or fewer when a batch reaches --batch-bytes)
-//     and POSTed as application/x-ndjson by --concurrency workers. Batches may therefore arrive
-//     out of order across workers; the lines inside a batch keep the file's order.
-//   - --rate paces batches with a token-bucket schedule (GCRA): the batch that carries events
-//     [c, c+n) leaves no earlier than one batch interval after the one before it, with at most one
-//     batch of catch-up credit after a stall, so timer overshoot does not accumulate and a stall is
-//     not followed by a burst. With --rate a batch holds at most ceil(rate/10) events, so the
-//     stream is smooth at 100 ms granularity instead of arriving in large bursts.
+//   - Everything HTTP is package client: a client.Sender groups the events into batches of --batch
+//     lines (or fewer when a batch reaches --batch-bytes, or --flush-after passed since its first
+//     line), paces them to --rate (at most ceil(rate/10) events a batch, GCRA) and POSTs them as
+//     application/x-ndjson with --concurrency requests in flight. Batches may arrive out of order
+//     across requests; the lines inside a batch keep the file's order.
 //   - 429: the same batch is retried after retry_after_ms from the JSON body when present, else
-//     the Retry-After header (seconds or HTTP date), else exponential backoff. 408, 5xx and network
-//     errors (including a per-request --timeout) are retried with exponential backoff with jitter
-//     (100 ms doubling, at most 5 s). Both kinds share --max-retries per batch; past it the replay
-//     fails. A retried request that had in fact been accepted (e.g. a timeout after the server
-//     queued it) is delivered twice: HTTP ingest has no idempotency key yet.
+//     the Retry-After header, else exponential backoff. 408, 5xx and network errors (including a
+//     per-request --timeout) are retried with exponential backoff with jitter (100 ms doubling, at
+//     most 5 s). Both kinds share --max-retries per batch, and retrying stops once no request has
+//     succeeded for --give-up (a dead or stuck server); either way the replay fails. A retried
+//     request that had in fact been accepted (e.g. a timeout after the server queued it) is
+//     delivered twice: HTTP ingest has no idempotency key yet.
 //   - 400 and 413 reject the batch: its events are counted as rejected and the replay goes on.
 //     404 (unknown stream) and any other 4xx stop the replay.
 //   - Cancelling ctx (Ctrl-C) stops dispatching at once, lets requests already in flight finish
@@ -29,13 +27,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -44,6 +40,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mlstream/mlstream/client"
 )
 
 // replayStdin is what `mlstream replay -` reads; tests replace it.
@@ -58,10 +56,7 @@ var (
 	replayProgressEvery = 200 * time.Millisecond // progress redraw period
 )
 
-const (
-	replayMaxShownProblems = 10       // rejected batches / transient errors printed to stderr
-	replayMaxResponseBytes = 64 << 10 // read at most this much of a response body
-)
+const replayMaxShownProblems = 10 // rejected batches / transient errors printed to stderr
 
 type replayOptions struct {
 	file        string
@@ -73,6 +68,9 @@ type replayOptions struct {
 	concurrency int
 	timeout     time.Duration
 	maxRetries  int
+	giveUp      time.Duration
+	flushAfter  time.Duration
+	token       string
 	progress    string
 }
 
@@ -81,7 +79,7 @@ const replayUsage = `usage: mlstream replay FILE --stream S [--url U] [--rate R]
 Streams an NDJSON file (one JSON event per line, blank lines skipped; FILE "-" reads stdin)
 to POST {url}/v1/streams/{stream}/events, showing progress on stderr and a summary on stdout.
 FILE may come before or after the flags. With --rate, a batch holds at most ceil(rate/10)
-events so that events flow smoothly.
+events so that events flow smoothly. The bearer token is --token, else $MLSTREAM_TOKEN.
 
 flags:
 `
@@ -99,6 +97,9 @@ func parseReplayArgs(args []string, stderr io.Writer) (*replayOptions, error) {
 	fs.IntVar(&o.concurrency, "concurrency", 2, "requests in flight at once")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "timeout of one request (then it is retried)")
 	fs.IntVar(&o.maxRetries, "max-retries", 100, "retries of one batch (on 429, 408, 5xx, network errors) before giving up")
+	fs.DurationVar(&o.giveUp, "give-up", 30*time.Second, "stop retrying, and fail, once no request has succeeded for this long (0: never)")
+	fs.DurationVar(&o.flushAfter, "flush-after", 100*time.Millisecond, "send a batch that is not full this long after its first line (for slow input such as a pipe)")
+	fs.StringVar(&o.token, "token", "", "bearer token sent as Authorization (default $MLSTREAM_TOKEN)")
 	fs.StringVar(&o.progress, "progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on, off")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), replayUsage)
@@ -147,6 +148,10 @@ func parseReplayArgs(args []string, stderr io.Writer) (*replayOptions, error) {
 		return nil, fmt.Errorf("replay: --timeout must be positive, got %v", o.timeout)
 	case o.maxRetries < 0:
 		return nil, fmt.Errorf("replay: --max-retries must be >= 0, got %d", o.maxRetries)
+	case o.giveUp < 0:
+		return nil, fmt.Errorf("replay: --give-up must be >= 0, got %v", o.giveUp)
+	case o.flushAfter <= 0:
+		return nil, fmt.Errorf("replay: --flush-after must be positive, got %v", o.flushAfter)
 	case o.progress != "auto" && o.progress != "on" && o.progress != "off":
 		return nil, fmt.Errorf("replay: --progress must be auto, on or off, got %q", o.progress)
 	}
@@ -155,6 +160,9 @@ func parseReplayArgs(args []string, stderr io.Writer) (*replayOptions, error) {
 		return nil, fmt.Errorf("replay: --url must be an http(s) URL like http://localhost:8080, got %q", o.url)
 	}
 	o.file = positional[0]
+	if o.token == "" {
+		o.token = os.Getenv("MLSTREAM_TOKEN")
+	}
 	return o, nil
 }
 
@@ -181,63 +189,47 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		in = f
 	}
 
-	r := newReplayer(o, size, stderr)
-	r.run(ctx, in)
-	r.printSummary(stdout)
-	return r.result(ctx)
-}
-
-// replayBatch is a request body and the file line number of each of its events.
-type replayBatch struct {
-	body  []byte
-	lines []int
-}
-
-func (b *replayBatch) span() string {
-	first, last := b.lines[0], b.lines[len(b.lines)-1]
-	if first == last {
-		return fmt.Sprintf("line %d", first)
+	r, err := newReplayer(o, size, stderr)
+	if err != nil {
+		return err
 	}
-	return fmt.Sprintf("lines %d-%d", first, last)
+	err = r.run(ctx, in)
+	r.printSummary(stdout)
+	return r.result(ctx, err)
 }
 
 type replayer struct {
-	opts     *replayOptions
-	endpoint string
-	client   *http.Client
-	ui       *replayUI
-	size     int64 // input size in bytes, -1 when unknown
-	start    time.Time
-	elapsed  time.Duration
+	opts    *replayOptions
+	client  *client.Client
+	sender  *client.Sender
+	ui      *replayUI
+	size    int64 // input size in bytes, -1 when unknown
+	start   time.Time
+	elapsed time.Duration
 
-	bytesRead  atomic.Int64
-	read       atomic.Int64 // events read from the input into batches
-	sent       atomic.Int64 // events with a final answer (accepted or rejected)
-	accepted   atomic.Int64
-	rejected   atomic.Int64
-	retries429 atomic.Int64
-	retriesErr atomic.Int64
-
-	runCtx    context.Context // cancelled on ctx cancellation or a fatal error: no new work
-	cancelRun context.CancelFunc
-	reqCtx    context.Context // parent of requests: cancelled on a fatal error, or replayGrace after ctx
-	cancelReq context.CancelFunc
-
-	fatalMu sync.Mutex
-	fatal   error
+	bytesRead atomic.Int64
+	bytesDone atomic.Int64 // body bytes of the batches with a final answer
 }
 
-func newReplayer(o *replayOptions, size int64, stderr io.Writer) *replayer {
+func newReplayer(o *replayOptions, size int64, stderr io.Writer) (*replayer, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = o.concurrency
-	showProgress := o.progress == "on" || (o.progress == "auto" && replayIsTerminal(stderr))
-	return &replayer{
-		opts:     o,
-		endpoint: strings.TrimRight(o.url, "/") + "/v1/streams/" + url.PathEscape(o.stream) + "/events",
-		client:   &http.Client{Transport: tr},
-		ui:       &replayUI{w: stderr, progress: showProgress},
-		size:     size,
+	retry := client.RetryPolicy{MaxRetries: o.maxRetries, GiveUpAfter: o.giveUp, Backoff: replayBackoffBase, MaxBackoff: replayBackoffMax}
+	if o.maxRetries == 0 {
+		retry.MaxRetries = -1 // none; the client's zero means its default
 	}
+	if o.giveUp == 0 {
+		retry.GiveUpAfter = -1 // never
+	}
+	c, err := client.New(o.url, client.Config{
+		HTTPClient: &http.Client{Transport: tr}, Token: o.token, UserAgent: "mlstream-replay",
+		RequestTimeout: o.timeout, Retry: retry,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	showProgress := o.progress == "on" || (o.progress == "auto" && replayIsTerminal(stderr))
+	return &replayer{opts: o, client: c, ui: &replayUI{w: stderr, progress: showProgress}, size: size}, nil
 }
 
 func replayIsTerminal(w io.Writer) bool {
@@ -249,41 +241,16 @@ func replayIsTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// setFatal records the first fatal error and stops all work, in flight included.
-func (r *replayer) setFatal(err error) {
-	r.fatalMu.Lock()
-	if r.fatal == nil {
-		r.fatal = err
-	}
-	r.fatalMu.Unlock()
-	r.cancelRun()
-	r.cancelReq()
-}
-
-func (r *replayer) fatalErr() error {
-	r.fatalMu.Lock()
-	defer r.fatalMu.Unlock()
-	return r.fatal
-}
-
-func (r *replayer) batchLimit() int {
-	n := r.opts.batch
-	if r.opts.rate > 0 {
-		n = min(n, max(1, int(math.Ceil(r.opts.rate/10))))
-	}
-	return n
-}
-
-func (r *replayer) run(ctx context.Context, in io.Reader) {
+// run sends the input until it ends, ctx ends or sending fails. It returns the error that
+// stopped it: a read error, the Sender's, or ctx's.
+func (r *replayer) run(ctx context.Context, in io.Reader) error {
 	r.start = time.Now()
 	defer func() { r.elapsed = time.Since(r.start) }()
-
-	r.runCtx, r.cancelRun = context.WithCancel(ctx)
-	defer r.cancelRun()
-	r.reqCtx, r.cancelReq = context.WithCancel(context.WithoutCancel(ctx))
-	defer r.cancelReq()
-	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(replayGrace, r.cancelReq) })
-	defer stopGrace()
+	o := r.opts
+	r.sender = r.client.NewSender(ctx, o.stream, client.SenderConfig{
+		MaxEvents: o.batch, MaxBytes: o.batchBytes, Concurrency: o.concurrency, Rate: o.rate,
+		FlushAfter: o.flushAfter, Grace: replayGrace, OnResult: r.onResult, OnRetry: r.onRetry,
+	})
 
 	progressDone := make(chan struct{})
 	progressStopped := make(chan struct{})
@@ -295,99 +262,39 @@ func (r *replayer) run(ctx context.Context, in io.Reader) {
 
 	// The reader runs on its own goroutine so that a cancelled ctx is seen even while a read from
 	// stdin blocks; such a goroutine is left behind, blocked in Read, until the process exits.
-	batches := make(chan *replayBatch)
+	readDone := make(chan error, 1)
+	go func() { readDone <- r.readLines(in) }()
 	var readErr error
-	go func() {
-		defer close(batches)
-		readErr = r.readBatches(in, batches)
-	}()
-
-	work := make(chan *replayBatch)
-	var wg sync.WaitGroup
-	for range r.opts.concurrency {
-		wg.Go(func() {
-			for b := range work {
-				r.send(b)
-			}
-		})
+	select {
+	case readErr = <-readDone:
+	case <-ctx.Done():
 	}
-
-	pace := replayPacer{rate: r.opts.rate}
-	readAll := false
-dispatch:
-	for {
-		var b *replayBatch
-		select {
-		case <-r.runCtx.Done():
-			break dispatch
-		case bb, ok := <-batches:
-			if !ok {
-				readAll = true
-				break dispatch
-			}
-			b = bb
-		}
-		if !pace.wait(r.runCtx, len(b.lines)) {
-			break dispatch
-		}
-		select {
-		case work <- b:
-		case <-r.runCtx.Done():
-			break dispatch
-		}
+	sendErr := r.sender.Close()
+	if readErr != nil && sendErr == nil {
+		return readErr
 	}
-	close(work)
-	wg.Wait()
-	if readAll && readErr != nil {
-		r.setFatal(readErr)
-	}
+	return sendErr
 }
 
-// readBatches reads the input, groups non-blank lines into batches and sends them on out until
-// the input ends (nil), reading fails (an error naming the line) or the run is stopped (nil).
-func (r *replayer) readBatches(in io.Reader, out chan<- *replayBatch) error {
+// readLines adds the input's lines to the Sender, tagged with their line numbers, until the
+// input ends (nil), reading fails (an error naming the line) or the Sender stops (nil: Close
+// says why).
+func (r *replayer) readLines(in io.Reader) error {
 	br := bufio.NewReaderSize(in, 64<<10)
-	limit := r.batchLimit()
-	cur := &replayBatch{}
-	flush := func() bool {
-		if len(cur.lines) == 0 {
-			return true
-		}
-		r.read.Add(int64(len(cur.lines)))
-		select {
-		case out <- cur:
-			cur = &replayBatch{}
-			return true
-		case <-r.runCtx.Done():
-			return false
-		}
-	}
 	var buf []byte
-	lineNo := 0
-	for {
+	for lineNo := int64(1); ; lineNo++ {
 		var err error
-		lineNo++
 		buf, err = readReplayLine(br, buf[:0], &r.bytesRead)
 		if errors.Is(err, errReplayLineTooLong) {
-			flush()
-			return fmt.Errorf("replay: line %d is longer than %d bytes", lineNo, replayMaxLineBytes)
+			return fmt.Errorf("line %d is longer than %d bytes", lineNo, replayMaxLineBytes)
 		}
 		if err != nil && err != io.EOF {
-			flush()
-			return fmt.Errorf("replay: reading line %d: %w", lineNo, err)
+			return fmt.Errorf("reading line %d: %w", lineNo, err)
 		}
-		if line := bytes.TrimSpace(buf); len(line) > 0 {
-			cur.body = append(cur.body, line...)
-			cur.body = append(cur.body, '\n')
-			cur.lines = append(cur.lines, lineNo)
-			if len(cur.lines) >= limit || len(cur.body) >= r.opts.batchBytes {
-				if !flush() {
-					return nil
-				}
-			}
+		if r.sender.AddRaw(buf, lineNo) != nil {
+			return nil
 		}
 		if err == io.EOF {
-			flush()
 			return nil
 		}
 	}
@@ -417,208 +324,100 @@ func readReplayLine(br *bufio.Reader, buf []byte, bytesRead *atomic.Int64) ([]by
 	}
 }
 
-// replayPacer schedules batches at a rate in events per second (GCRA, burst of one batch).
-type replayPacer struct {
-	rate float64
-	tat  time.Time // theoretical time at which the next batch may leave
+// replaySpan names the input lines of a batch.
+func replaySpan(b *client.Batch) string {
+	first, last := b.Tags[0], b.Tags[len(b.Tags)-1]
+	if first == last {
+		return fmt.Sprintf("line %d", first)
+	}
+	return fmt.Sprintf("lines %d-%d", first, last)
 }
 
-// wait blocks until a batch of n events may be sent; false if ctx ended first.
-func (p *replayPacer) wait(ctx context.Context, n int) bool {
-	if p.rate <= 0 {
-		return ctx.Err() == nil
-	}
-	cost := time.Duration(float64(n) / p.rate * float64(time.Second))
-	now := time.Now()
-	if p.tat.IsZero() {
-		p.tat = now // the first batch leaves at once, with no credit
-	}
-	if floor := now.Add(-cost); p.tat.Before(floor) {
-		p.tat = floor
-	}
-	if d := p.tat.Sub(now); d > 0 && !replaySleep(ctx, d) {
-		return false
-	}
-	p.tat = p.tat.Add(cost)
-	return ctx.Err() == nil
-}
-
-func replaySleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
+// onResult reports a batch rejected by the server; the Sender counts it.
+func (r *replayer) onResult(res client.Result) {
+	r.bytesDone.Add(int64(len(res.Batch.Body)))
+	b, e := res.Batch, res.Err
+	switch {
+	case e == nil:
+	case e.Status == http.StatusRequestEntityTooLarge:
+		r.ui.problem("rejected %s (%d events, %d bytes): request too large for the server (413); lower --batch or --batch-bytes",
+			replaySpan(b), b.Len(), len(b.Body))
+	default:
+		r.ui.problem("rejected %s (%d events): %s", replaySpan(b), b.Len(), describeReplayError(b, e))
 	}
 }
 
-// replayErrorBody is the server's error answer; retry_after_ms comes with 429.
-type replayErrorBody struct {
-	Error        string `json:"error"`
-	Line         int    `json:"line"`
-	Field        string `json:"field"`
-	RetryAfterMS *int64 `json:"retry_after_ms"`
+// onRetry reports a transient error; 429s are only counted.
+func (r *replayer) onRetry(b *client.Batch, rt client.Retry) {
+	var e *client.Error
+	if errors.As(rt.Err, &e) && e.Status == http.StatusTooManyRequests {
+		return
+	}
+	r.ui.problem("%s: %s; retrying in %v", replaySpan(b), describeReplayErr(b, rt.Err), rt.Wait.Round(time.Millisecond))
 }
 
-// send delivers one batch, retrying as the server asks; it returns when the batch has a final
-// answer, when the run stops, or after recording a fatal error.
-func (r *replayer) send(b *replayBatch) {
-	n := int64(len(b.lines))
-	retries, backoffs := 0, 0
-	retry := func(delay time.Duration, why string, counter *atomic.Int64) bool {
-		if retries >= r.opts.maxRetries {
-			r.setFatal(fmt.Errorf("replay: giving up on %s after %d retries: %s", b.span(), retries, why))
-			return false
-		}
-		retries++
-		counter.Add(1)
-		return replaySleep(r.runCtx, delay)
+// describeReplayErr renders an error of a batch: a server error with its line mapped to the
+// input, anything else as it is.
+func describeReplayErr(b *client.Batch, err error) string {
+	var e *client.Error
+	if errors.As(err, &e) {
+		return fmt.Sprintf("%d %s: %s", e.Status, http.StatusText(e.Status), describeReplayError(b, e))
 	}
-	backoff := func() time.Duration {
-		d := min(replayBackoffBase<<min(backoffs, 20), replayBackoffMax)
-		backoffs++
-		return d/2 + rand.N(d/2+1)
-	}
-
-	for r.runCtx.Err() == nil {
-		status, header, body, err := r.post(b)
-		if err != nil {
-			if r.reqCtx.Err() != nil {
-				return // stopped: interrupted or fatal error elsewhere
-			}
-			d := backoff()
-			r.ui.problem("%s: %v; retrying in %v", b.span(), err, d.Round(time.Millisecond))
-			if !retry(d, err.Error(), &r.retriesErr) {
-				return
-			}
-			continue
-		}
-		var eb replayErrorBody
-		_ = json.Unmarshal(body, &eb) // best effort: bodies of errors may be anything
-		switch {
-		case status >= 200 && status < 300:
-			var ok struct {
-				Accepted *int64 `json:"accepted"`
-			}
-			acc := n
-			if json.Unmarshal(body, &ok) == nil && ok.Accepted != nil {
-				acc = *ok.Accepted
-			}
-			r.accepted.Add(acc)
-			r.sent.Add(n)
-			return
-		case status == http.StatusBadRequest:
-			r.rejected.Add(n)
-			r.sent.Add(n)
-			r.ui.problem("rejected %s (%d events): %s", b.span(), n, describeReplayError(b, &eb, body))
-			return
-		case status == http.StatusRequestEntityTooLarge:
-			r.rejected.Add(n)
-			r.sent.Add(n)
-			r.ui.problem("rejected %s (%d events, %d bytes): request too large for the server (413); lower --batch or --batch-bytes",
-				b.span(), n, len(b.body))
-			return
-		case status == http.StatusNotFound:
-			r.setFatal(fmt.Errorf("replay: stream %q not found at %s (404): %s",
-				r.opts.stream, r.opts.url, describeReplayError(b, &eb, body)))
-			return
-		case status == http.StatusTooManyRequests:
-			d, hinted := replayRetryAfter(header, &eb, time.Now())
-			if !hinted {
-				d = backoff()
-			}
-			if !retry(d, "server busy (429)", &r.retries429) {
-				return
-			}
-		case status == http.StatusRequestTimeout || status >= 500:
-			d := backoff()
-			why := fmt.Sprintf("%d %s: %s", status, http.StatusText(status), describeReplayError(b, &eb, body))
-			r.ui.problem("%s: %s; retrying in %v", b.span(), why, d.Round(time.Millisecond))
-			if !retry(d, why, &r.retriesErr) {
-				return
-			}
-		default:
-			r.setFatal(fmt.Errorf("replay: server answered %d %s for %s: %s",
-				status, http.StatusText(status), b.span(), describeReplayError(b, &eb, body)))
-			return
-		}
-	}
-}
-
-// post makes one attempt; a non-nil error is a network error or timeout.
-func (r *replayer) post(b *replayBatch) (int, http.Header, []byte, error) {
-	ctx, cancel := context.WithTimeout(r.reqCtx, r.opts.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.endpoint, bytes.NewReader(b.body))
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	req.Header.Set("Content-Type", "application/x-ndjson")
-	req.Header.Set("User-Agent", "mlstream-replay")
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, replayMaxResponseBytes))
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // let the connection be reused
-	return resp.StatusCode, resp.Header, body, nil
-}
-
-// replayRetryAfter returns the delay a 429 asks for: retry_after_ms from the body when present,
-// else the Retry-After header (delay in seconds or an HTTP date). hinted is false when neither is.
-func replayRetryAfter(h http.Header, eb *replayErrorBody, now time.Time) (d time.Duration, hinted bool) {
-	if eb != nil && eb.RetryAfterMS != nil && *eb.RetryAfterMS >= 0 {
-		return time.Duration(*eb.RetryAfterMS) * time.Millisecond, true
-	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0, false
-	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0), true
-	}
-	return 0, false
+	return err.Error()
 }
 
 // describeReplayError renders a server error, mapping its line (1-based within the batch body)
 // to the line number in the input file.
-func describeReplayError(b *replayBatch, eb *replayErrorBody, raw []byte) string {
-	if eb.Error == "" {
-		s := strings.TrimSpace(string(raw))
-		if len(s) > 200 {
-			s = s[:200] + "..."
-		}
-		if s == "" {
-			s = "(empty response)"
-		}
-		return s
-	}
+func describeReplayError(b *client.Batch, e *client.Error) string {
 	var sb strings.Builder
-	if eb.Line > 0 {
-		fileLine := b.lines[0] + eb.Line - 1
-		if eb.Line <= len(b.lines) {
-			fileLine = b.lines[eb.Line-1]
+	if e.Line > 0 {
+		fileLine := b.Tags[0] + int64(e.Line) - 1
+		if e.Line <= len(b.Tags) {
+			fileLine = b.Tags[e.Line-1]
 		}
 		fmt.Fprintf(&sb, "line %d: ", fileLine)
 	}
-	sb.WriteString(eb.Error)
-	if eb.Field != "" {
-		fmt.Fprintf(&sb, " (field %q)", eb.Field)
+	sb.WriteString(e.Message)
+	if e.Field != "" {
+		fmt.Fprintf(&sb, " (field %q)", e.Field)
 	}
 	return sb.String()
 }
+
+// fatalError words the error that stopped the Sender for the user; it wraps that error.
+func (r *replayer) fatalError(err error) error {
+	var se *client.SendError
+	if !errors.As(err, &se) {
+		return &replayError{"replay: " + err.Error(), err}
+	}
+	span := replaySpan(se.Batch)
+	var gu *client.GiveUpError
+	var e *client.Error
+	var msg string
+	switch {
+	case errors.As(err, &gu) && gu.MaxRetries:
+		msg = fmt.Sprintf("giving up on %s after %d retries: %s", span, gu.Retries, describeReplayErr(se.Batch, gu.Err))
+	case errors.As(err, &gu):
+		msg = fmt.Sprintf("giving up on %s: no request succeeded for %v (--give-up %v; %d retries); last error: %s",
+			span, gu.Quiet.Round(time.Millisecond), r.opts.giveUp, gu.Retries, describeReplayErr(se.Batch, gu.Err))
+	case errors.As(err, &e) && e.Status == http.StatusNotFound:
+		msg = fmt.Sprintf("stream %q not found at %s (404): %s", r.opts.stream, r.opts.url, describeReplayError(se.Batch, e))
+	case errors.As(err, &e):
+		msg = fmt.Sprintf("server answered %s for %s", describeReplayErr(se.Batch, e), span)
+	default:
+		msg = fmt.Sprintf("%s: %v", span, se.Err)
+	}
+	return &replayError{"replay: " + msg, err}
+}
+
+// replayError is a message for the user that wraps the error it words.
+type replayError struct {
+	msg string
+	err error
+}
+
+func (e *replayError) Error() string { return e.msg }
+func (e *replayError) Unwrap() error { return e.err }
 
 func (r *replayer) progressLoop(done <-chan struct{}, stopped chan<- struct{}) {
 	defer close(stopped)
@@ -641,24 +440,39 @@ func (r *replayer) progressLoop(done <-chan struct{}, stopped chan<- struct{}) {
 }
 
 func (r *replayer) progressLine() string {
-	secs := time.Since(r.start).Seconds()
-	sent := r.sent.Load()
+	elapsed := time.Since(r.start)
+	st := r.sender.Stats()
 	var sb strings.Builder
 	if r.size > 0 {
 		fmt.Fprintf(&sb, "%5.1f%%  ", 100*float64(r.bytesRead.Load())/float64(r.size))
 	}
-	fmt.Fprintf(&sb, "sent %d events  %.0f events/s  rejected %d  retries %d",
-		sent, float64(sent)/max(secs, 1e-9), r.rejected.Load(), r.retries429.Load()+r.retriesErr.Load())
+	fmt.Fprintf(&sb, "sent %d events  %.0f events/s", st.Sent, float64(st.Sent)/max(elapsed.Seconds(), 1e-9))
+	if eta, ok := r.eta(elapsed); ok {
+		fmt.Fprintf(&sb, "  ETA %v", eta)
+	}
+	fmt.Fprintf(&sb, "  rejected %d  retries %d", st.Refused, st.Retries429+st.RetriesErr)
 	return sb.String()
 }
 
+// eta extrapolates the time left from the share of the input answered so far; it needs the
+// input's size.
+func (r *replayer) eta(elapsed time.Duration) (time.Duration, bool) {
+	done := r.bytesDone.Load()
+	if r.size <= 0 || done <= 0 {
+		return 0, false
+	}
+	left := max(r.size-done, 0)
+	return (time.Duration(float64(elapsed) * float64(left) / float64(done))).Round(time.Second), true
+}
+
 func (r *replayer) printSummary(w io.Writer) {
-	read, sent := r.read.Load(), r.sent.Load()
+	st := r.sender.Stats()
+	read, sent := st.Added, st.Sent
 	rows := [][2]string{
 		{"events read", strconv.FormatInt(read, 10)},
 		{"events sent", strconv.FormatInt(sent, 10)},
-		{"accepted", strconv.FormatInt(r.accepted.Load(), 10)},
-		{"rejected", strconv.FormatInt(r.rejected.Load(), 10)},
+		{"accepted", strconv.FormatInt(st.Accepted, 10)},
+		{"rejected", strconv.FormatInt(st.Refused, 10)},
 	}
 	if read > sent {
 		rows = append(rows, [2]string{"not sent", strconv.FormatInt(read-sent, 10)})
@@ -668,8 +482,8 @@ func (r *replayer) printSummary(w io.Writer) {
 		rate = float64(sent) / s
 	}
 	rows = append(rows,
-		[2]string{"retries on 429", strconv.FormatInt(r.retries429.Load(), 10)},
-		[2]string{"retries on errors", strconv.FormatInt(r.retriesErr.Load(), 10)},
+		[2]string{"retries on 429", strconv.FormatInt(st.Retries429, 10)},
+		[2]string{"retries on errors", strconv.FormatInt(st.RetriesErr, 10)},
 		[2]string{"elapsed", r.elapsed.Round(time.Millisecond).String()},
 		[2]string{"events/s", strconv.FormatFloat(rate, 'f', 0, 64)},
 	)
@@ -678,15 +492,16 @@ func (r *replayer) printSummary(w io.Writer) {
 	}
 }
 
-func (r *replayer) result(ctx context.Context) error {
-	if err := r.fatalErr(); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("replay interrupted after %d of %d events read: %w", r.sent.Load(), r.read.Load(), err)
-	}
-	if r.accepted.Load() == 0 && r.rejected.Load() > 0 {
-		return fmt.Errorf("replay: all %d events were rejected", r.rejected.Load())
+// result is the replay's outcome from the error that stopped run.
+func (r *replayer) result(ctx context.Context, err error) error {
+	st := r.sender.Stats()
+	switch {
+	case ctx.Err() != nil && (err == nil || errors.Is(err, ctx.Err())):
+		return fmt.Errorf("replay interrupted after %d of %d events read: %w", st.Sent, st.Added, ctx.Err())
+	case err != nil:
+		return r.fatalError(err)
+	case st.Accepted == 0 && st.Refused > 0:
+		return fmt.Errorf("replay: all %d events were rejected", st.Refused)
 	}
 	return nil
 }

@@ -281,7 +281,7 @@ func TestReplayProgressShowsPercent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(errOut, "\r100.0%  sent 50 events") || !strings.HasSuffix(errOut, "\n") {
+	if !strings.Contains(errOut, "\r100.0%  sent 50 events") || !strings.Contains(errOut, "events/s  ETA 0s  rejected 0") || !strings.HasSuffix(errOut, "\n") {
 		t.Errorf("progress: %q", errOut)
 	}
 }
@@ -432,7 +432,7 @@ func TestParseReplayArgs(t *testing.T) {
 			continue
 		}
 		if o.file != "f.ndjson" || o.stream != "s" || o.batch != 500 || o.concurrency != 2 ||
-			o.url != "http://localhost:8080" || o.maxRetries != 100 {
+			o.url != "http://localhost:8080" || o.maxRetries != 100 || o.giveUp != 30*time.Second {
 			t.Errorf("%q: %+v", args, o)
 		}
 	}
@@ -447,6 +447,7 @@ func TestParseReplayArgs(t *testing.T) {
 		{[]string{"f", "--stream", "s", "--rate", "-1"}, "--rate"},
 		{[]string{"f", "--stream", "s", "--url", "localhost:8080"}, "--url"},
 		{[]string{"f", "--stream", "s", "--progress", "maybe"}, "--progress"},
+		{[]string{"f", "--stream", "s", "--give-up", "-1s"}, "--give-up"},
 		{[]string{"f", "--stream", "s", "--nope"}, "not defined"},
 	} {
 		_, err := parseReplayArgs(tc.args, new(bytes.Buffer))
@@ -459,22 +460,54 @@ func TestParseReplayArgs(t *testing.T) {
 	}
 }
 
-func TestReplayRetryAfter(t *testing.T) {
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	ms := int64(250)
-	h := http.Header{}
-	h.Set("Retry-After", "3")
-	if d, ok := replayRetryAfter(h, &replayErrorBody{RetryAfterMS: &ms}, now); !ok || d != 250*time.Millisecond {
-		t.Errorf("body over header: %v %v", d, ok)
+// Against a URL where nothing listens, replay stops after --give-up and says why.
+func TestReplayGivesUpOnDeadURL(t *testing.T) {
+	old := replayBackoffBase
+	replayBackoffBase = 10 * time.Millisecond
+	t.Cleanup(func() { replayBackoffBase = old })
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // nothing listens there any more
+	start := time.Now()
+	out, _, err := doReplay(t, t.Context(), replayWriteFile(t, replayEvents(30)), "--stream", "clicks", "--url", url, "--batch", "10", "--give-up", "300ms")
+	if elapsed := time.Since(start); elapsed > 3*time.Second {
+		t.Errorf("gave up after %v, want about 300ms", elapsed)
 	}
-	if d, ok := replayRetryAfter(h, &replayErrorBody{}, now); !ok || d != 3*time.Second {
-		t.Errorf("header seconds: %v %v", d, ok)
+	if err == nil || !strings.Contains(err.Error(), "no request succeeded for") || !strings.Contains(err.Error(), "--give-up 300ms") ||
+		!strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("err = %v", err)
 	}
-	h.Set("Retry-After", now.Add(2*time.Second).Format(http.TimeFormat))
-	if d, ok := replayRetryAfter(h, &replayErrorBody{}, now); !ok || d != 2*time.Second {
-		t.Errorf("header date: %v %v", d, ok)
-	}
-	if _, ok := replayRetryAfter(http.Header{}, &replayErrorBody{}, now); ok {
-		t.Error("no hint reported as hinted")
+	wantReplaySummary(t, out, map[string]string{"accepted": "0", "events sent": "0"})
+}
+
+// The bearer token comes from --token, else from $MLSTREAM_TOKEN.
+func TestReplaySendsToken(t *testing.T) {
+	for _, tc := range []struct{ flag, env, want string }{
+		{"flag-token", "env-token", "Bearer flag-token"},
+		{"", "env-token", "Bearer env-token"},
+		{"", "", ""},
+	} {
+		var mu sync.Mutex
+		var got []string
+		p := newReplayPeer(t, nil)
+		p.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			got = append(got, r.Header.Get("Authorization"))
+			mu.Unlock()
+			p.serve(w, r)
+		})
+		t.Setenv("MLSTREAM_TOKEN", tc.env)
+		args := []string{replayWriteFile(t, replayEvents(5)), "--stream", "clicks", "--url", p.srv.URL}
+		if tc.flag != "" {
+			args = append(args, "--token", tc.flag)
+		}
+		if _, errOut, err := doReplay(t, t.Context(), args...); err != nil {
+			t.Fatalf("%v\n%s", err, errOut)
+		}
+		mu.Lock()
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("flag %q env %q: Authorization %q, want %q", tc.flag, tc.env, got, tc.want)
+		}
+		mu.Unlock()
 	}
 }
