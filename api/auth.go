@@ -139,6 +139,7 @@ type Auth struct {
 	mu      sync.Mutex // serialises reloads
 	stamp   fileStamp  // of the file last loaded; guarded by mu
 	entries atomic.Pointer[[]tokenEntry]
+	checks  atomic.Int64 // of the file by Watch, for tests
 }
 
 type fileStamp struct {
@@ -215,20 +216,22 @@ func (a *Auth) Watch(ctx context.Context, interval time.Duration) {
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	a.mu.Lock()
+	seen := a.stamp // what was tried last: a bad file is tried (and logged) once
+	a.mu.Unlock()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		a.checks.Add(1)
 		st, err := os.Stat(a.file)
 		if err != nil {
 			continue // a file being replaced; the next tick sees the new one
 		}
-		a.mu.Lock()
-		changed := a.stamp != fileStamp{st.Size(), st.ModTime()}
-		a.mu.Unlock()
-		if changed {
+		if now := (fileStamp{st.Size(), st.ModTime()}); now != seen {
+			seen = now
 			_ = a.Reload()
 		}
 	}

@@ -211,6 +211,12 @@ func TestAuthFileReload(t *testing.T) {
 	if l := logs.String(); strings.Contains(l, secret) || strings.Contains(l, adminTok) || !strings.Contains(l, "line 2") {
 		t.Fatalf("log of the bad reload: %s", l)
 	}
+	// The bad file is reported once, not at every check.
+	checked := a.checks.Load()
+	waitFor(t, "more checks of the file", 5*time.Second, func() bool { return a.checks.Load() >= checked+5 })
+	if n := strings.Count(logs.String(), "not reloaded"); n != 1 {
+		t.Fatalf("the bad file was reported %d times", n)
+	}
 	// SIGHUP calls Reload: it applies a good file at once.
 	cancel()
 	write("ingest " + ingestTok + "\nread " + readTok + "\n")

@@ -67,7 +67,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "  job %q (logreg) learns from stream %q: %d events/s from a known true model, which drifts after %d events\n", demoJob, demoStream, *rate, *drift)
 		fmt.Fprintf(stdout, "  jobs \"top-features\" (heavy hitters, 10 s windows) and \"users\" (distinct keys) read it too\n")
 		fmt.Fprintf(stdout, "  job \"conversions\" joins it with stream %q (a purchase after some clicks) within 5 s\n", purchaseStream)
-		fmt.Fprintf(stdout, "  try: curl %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
+		if l.auth != nil {
+			fmt.Fprintf(stdout, "  try: curl -H \"Authorization: Bearer $READ_TOKEN\" %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
+		} else {
+			fmt.Fprintf(stdout, "  try: curl %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
+		}
 		// The generator posts over HTTP like any client: with tokens
 		// configured, with one of its own that nobody else sees.
 		c := poster{client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: l.clientTLS}}}
