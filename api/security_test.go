@@ -207,6 +207,29 @@ func TestEncodeErrorIsA500(t *testing.T) {
 	}
 }
 
+// The feed keeps gorilla's Origin check: a page of another origin cannot
+// open it (with the browser's cookies or not); the service's own origin
+// and non-browser clients (no Origin) can.
+func TestWebSocketOriginCheck(t *testing.T) {
+	ts := newTestServer(t)
+	for _, c := range []struct {
+		origin string
+		status int
+	}{{"http://evil.example", 403}, {"http://localhost.evil.example", 403}, {ts.http.URL, 101}, {"", 101}} {
+		h := http.Header{}
+		if c.origin != "" {
+			h.Set("Origin", c.origin)
+		}
+		conn, resp, err := websocket.DefaultDialer.Dial(ts.wsURL("types=stats"), h)
+		if resp == nil || resp.StatusCode != c.status {
+			t.Fatalf("Origin %q: %v %+v, want %d", c.origin, err, resp, c.status)
+		}
+		if conn != nil {
+			conn.Close()
+		}
+	}
+}
+
 // Past --max-ws-clients the upgrade answers 503; a closed connection frees
 // its slot.
 func TestWebSocketCap(t *testing.T) {
