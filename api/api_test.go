@@ -100,7 +100,12 @@ func TestBadInputIsRefusedAndLeavesStateUntouched(t *testing.T) {
 
 func (ts *testServer) metrics() string {
 	ts.t.Helper()
-	resp, err := http.Get(ts.http.URL + "/metrics")
+	req, err := http.NewRequest("GET", ts.http.URL+"/metrics", nil)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	ts.authorize(req.Header)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		ts.t.Fatal(err)
 	}

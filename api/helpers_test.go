@@ -24,7 +24,13 @@ type testServer struct {
 	api    *Server
 	http   *httptest.Server
 	reg    *prometheus.Registry
+	// token, when set, goes with every request of do, metrics and dialWS.
+	token string
 }
+
+// noContentType makes do send a body without a Content-Type; an empty
+// content type sends NDJSON's.
+const noContentType = "-"
 
 type serverOpt func(*runtime.Config, *Config)
 
@@ -33,7 +39,7 @@ func newTestServer(t testing.TB, opts ...serverOpt) *testServer {
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ecfg := runtime.Config{Partitions: 2, Registry: reg, Logger: log}
-	acfg := Config{Gatherer: reg, Logger: log, StatsInterval: 50 * time.Millisecond}
+	acfg := Config{Gatherer: reg, Registerer: reg, Logger: log, StatsInterval: 50 * time.Millisecond}
 	for _, o := range opts {
 		o(&ecfg, &acfg)
 	}
@@ -61,9 +67,14 @@ func (ts *testServer) do(method, path, contentType string, body []byte) (int, ht
 	if err != nil {
 		ts.t.Fatal(err)
 	}
-	if contentType != "" {
+	switch {
+	case contentType == noContentType:
+	case contentType != "":
 		req.Header.Set("Content-Type", contentType)
+	case len(body) > 0:
+		req.Header.Set("Content-Type", "application/x-ndjson")
 	}
+	ts.authorize(req.Header)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		ts.t.Fatal(err)
@@ -132,7 +143,9 @@ func (ts *testServer) dialWS(query string) *websocket.Conn {
 	ts.t.Helper()
 	url := "ws" + strings.TrimPrefix(ts.http.URL, "http") + "/v1/ws?" + query
 	before := ts.engine.Hub().Subscribers()
-	c, resp, err := websocket.DefaultDialer.Dial(url, nil)
+	hdr := http.Header{}
+	ts.authorize(hdr)
+	c, resp, err := websocket.DefaultDialer.Dial(url, hdr)
 	if err != nil {
 		if resp != nil {
 			ts.t.Fatalf("dial %s: %v (status %d)", url, err, resp.StatusCode)
@@ -144,6 +157,13 @@ func (ts *testServer) dialWS(query string) *websocket.Conn {
 	// events posted next are seen by this connection.
 	waitFor(ts.t, "the WebSocket subscription", 5*time.Second, func() bool { return ts.engine.Hub().Subscribers() > before })
 	return c
+}
+
+// authorize adds the server's token, if any, to a request's headers.
+func (ts *testServer) authorize(h http.Header) {
+	if ts.token != "" {
+		h.Set("Authorization", "Bearer "+ts.token)
+	}
 }
 
 // readMessage reads one JSON message with a deadline.

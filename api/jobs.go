@@ -138,7 +138,28 @@ func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": name})
 }
 
-// model serves GET /v1/jobs/{job}/model[?weights=true&limit=N].
+// Paging of a model's weights.
+const (
+	defaultWeightsLimit = 100
+	maxWeightsLimit     = 10000
+)
+
+// modelPage is the body of GET /v1/jobs/{job}/model: with weights, one
+// page of them, largest magnitude first.
+type modelPage struct {
+	runtime.ModelView
+	// Offset is where this page starts in the ordered weights.
+	Offset int `json:"offset,omitempty"`
+	// Next is the URL of the next page; absent on the last one.
+	Next string `json:"next,omitempty"`
+	// NextOffset is the offset of the next page; absent on the last one.
+	NextOffset int `json:"next_offset,omitempty"`
+}
+
+// model serves GET /v1/jobs/{job}/model[?weights=true&limit=N&offset=M].
+// Weights come in pages of limit (default 100, at most 10,000) from
+// offset, ordered by magnitude then slot; each page is its own snapshot,
+// so on a model still learning a weight may move across a page boundary.
 func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.lookupJob(w, r)
 	if !ok {
@@ -154,21 +175,39 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 		}
 		weights = b
 	}
-	limit := 1000
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, apiError{Error: "limit must be an integer (0 = all)", Field: "limit"})
-			return
-		}
-		limit = n
+	limit, ok := intParam(w, q, "limit", defaultWeightsLimit, 1, maxWeightsLimit)
+	if !ok {
+		return
 	}
-	m, err := j.Model(weights, limit)
+	offset, ok := intParam(w, q, "offset", 0, 0, math.MaxInt32)
+	if !ok {
+		return
+	}
+	m, err := j.Model(weights, offset+limit)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, apiError{Error: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	writeJSON(w, http.StatusOK, pageWeights(m, r.URL, weights, offset, limit))
+}
+
+// pageWeights cuts the page [offset, offset+limit) out of the weights of
+// m (which holds the first offset+limit) and links the next page.
+func pageWeights(m runtime.ModelView, u *url.URL, weights bool, offset, limit int) modelPage {
+	p := modelPage{ModelView: m}
+	if !weights {
+		return p
+	}
+	p.Offset = offset
+	p.Weights = m.Weights[min(offset, len(m.Weights)):]
+	if next := offset + limit; next < m.NonZero {
+		q := u.Query()
+		q.Set("offset", strconv.Itoa(next))
+		q.Set("limit", strconv.Itoa(limit))
+		p.NextOffset = next
+		p.Next = u.Path + "?" + q.Encode()
+	}
+	return p
 }
 
 // topK serves GET /v1/jobs/{job}/topk[?k=20&window=current|last|all].

@@ -5,6 +5,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/mlstream/mlstream/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -28,10 +28,24 @@ type Config struct {
 	// WSBacklog is how many messages a WebSocket client may fall behind
 	// before messages to it are dropped and counted (default 4096).
 	WSBacklog int
+	// MaxWSClients caps concurrent WebSocket connections (default 256);
+	// an upgrade past it gets 503.
+	MaxWSClients int
+	// WSSlowTimeout is how long a WebSocket client may keep losing
+	// messages (its backlog full) before it is closed (default 10s).
+	WSSlowTimeout time.Duration
 	// StatsInterval is the period of `stats` messages (default 1s).
 	StatsInterval time.Duration
 	// Gatherer serves /metrics (default: an empty registry).
 	Gatherer prometheus.Gatherer
+	// Registerer takes the server's own metrics (default: none kept).
+	Registerer prometheus.Registerer
+	// Auth holds the bearer tokens; nil: no authentication.
+	Auth *Auth
+	// LoopbackHosts makes the server refuse requests whose Host is not a
+	// loopback name or address (421): set it on a loopback listener
+	// without tokens, against DNS rebinding.
+	LoopbackHosts bool
 	// Dashboard serves GET / (default: 404).
 	Dashboard http.Handler
 	Logger    *slog.Logger
@@ -39,39 +53,23 @@ type Config struct {
 
 // Server is the HTTP handler of mlstream. Safe for concurrent use.
 type Server struct {
-	cfg    Config
-	engine *runtime.Engine
-	log    *slog.Logger
-	ready  atomic.Bool
-	router chi.Router
+	cfg       Config
+	engine    *runtime.Engine
+	log       *slog.Logger
+	ready     atomic.Bool
+	router    chi.Router
+	wsClients atomic.Int64
+	refused   *prometheus.CounterVec
 }
 
 // New returns a server; it answers /readyz with 503 until SetReady(true).
 func New(cfg Config) *Server {
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 16 << 20
-	}
-	if cfg.MaxEventBytes <= 0 {
-		cfg.MaxEventBytes = 1 << 20
-	}
-	if cfg.WSBacklog <= 0 {
-		cfg.WSBacklog = 4096
-	}
-	if cfg.StatsInterval <= 0 {
-		cfg.StatsInterval = time.Second
-	}
-	if cfg.Gatherer == nil {
-		cfg.Gatherer = prometheus.NewRegistry()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg = withDefaults(cfg)
 	s := &Server{cfg: cfg, engine: cfg.Engine, log: cfg.Logger}
+	s.registerMetrics()
 	r := chi.NewRouter()
-	r.Use(middleware.Recoverer)
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, apiError{Error: "no route " + r.Method + " " + r.URL.Path})
-	})
+	r.Use(securityHeaders, s.recoverer, s.checkHost, s.checkContentType)
+	r.NotFound(notFound)
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, apiError{Error: "method " + r.Method + " not allowed on " + r.URL.Path})
 	})
@@ -85,25 +83,80 @@ func New(cfg Config) *Server {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	r.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	read, ingest, admin := s.require(ScopeRead), s.require(ScopeIngest), s.require(ScopeAdmin)
+	r.With(read).Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	r.Route("/v1", func(r chi.Router) {
-		r.Post("/streams/{stream}/events", s.ingest)
-		r.Get("/jobs", s.listJobs)
-		r.Get("/jobs/{job}", s.getJob)
-		r.Put("/jobs/{job}", s.putJob)
-		r.Delete("/jobs/{job}", s.deleteJob)
-		r.Post("/jobs/{job}/predict", s.predict)
-		r.Get("/jobs/{job}/model", s.model)
-		r.Get("/jobs/{job}/topk", s.topK)
-		r.Get("/jobs/{job}/distinct", s.distinct)
-		r.Get("/jobs/{job}/matches", s.matches)
-		r.Get("/ws", s.ws)
+		r.With(ingest).Post("/streams/{stream}/events", s.ingest)
+		r.Group(func(r chi.Router) {
+			r.Use(read)
+			r.Get("/jobs", s.listJobs)
+			r.Get("/jobs/{job}", s.getJob)
+			r.Post("/jobs/{job}/predict", s.predict)
+			r.Get("/jobs/{job}/model", s.model)
+			r.Get("/jobs/{job}/topk", s.topK)
+			r.Get("/jobs/{job}/distinct", s.distinct)
+			r.Get("/jobs/{job}/matches", s.matches)
+			r.Get("/ws", s.ws)
+		})
+		r.With(admin).Put("/jobs/{job}", s.putJob)
+		r.With(admin).Delete("/jobs/{job}", s.deleteJob)
 	})
 	if cfg.Dashboard != nil {
 		r.Handle("/*", cfg.Dashboard)
 	}
 	s.router = r
 	return s
+}
+
+func withDefaults(cfg Config) Config {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 16 << 20
+	}
+	if cfg.MaxEventBytes <= 0 {
+		cfg.MaxEventBytes = 1 << 20
+	}
+	if cfg.WSBacklog <= 0 {
+		cfg.WSBacklog = 4096
+	}
+	if cfg.MaxWSClients <= 0 {
+		cfg.MaxWSClients = 256
+	}
+	if cfg.WSSlowTimeout <= 0 {
+		cfg.WSSlowTimeout = 10 * time.Second
+	}
+	if cfg.StatsInterval <= 0 {
+		cfg.StatsInterval = time.Second
+	}
+	if cfg.Gatherer == nil {
+		cfg.Gatherer = prometheus.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
+// registerMetrics makes the counter of refused requests, registered when
+// the config has a Registerer. (The runtime counts WebSocket clients.)
+func (s *Server) registerMetrics() {
+	s.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mlstream_http_refused_total",
+		Help: "Requests refused by the HTTP edge, by reason (auth_missing, auth_invalid, auth_scope, content_type, host, ws_full, ws_slow, panic).",
+	}, []string{"reason"})
+	if s.cfg.Registerer != nil {
+		s.cfg.Registerer.MustRegister(s.refused)
+	}
+}
+
+// refuse counts a request refused for reason.
+func (s *Server) refuse(reason string) { s.refused.WithLabelValues(reason).Inc() }
+
+// NotFound answers the JSON 404 of an unknown path; the dashboard uses it
+// for paths it does not serve.
+var NotFound http.Handler = http.HandlerFunc(notFound)
+
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotFound, apiError{Error: "no route " + r.Method + " " + r.URL.Path})
 }
 
 // SetReady sets what /readyz answers.
@@ -118,13 +171,24 @@ type apiError struct {
 	Line         int    `json:"line,omitempty"`
 	Field        string `json:"field,omitempty"`
 	RetryAfterMs int64  `json:"retry_after_ms,omitempty"`
+	// Scope is the token scope a 403 asked for.
+	Scope string `json:"scope,omitempty"`
 }
 
 func writeError(w http.ResponseWriter, status int, e apiError) { writeJSON(w, status, e) }
 
+// writeJSON encodes v whole before writing the status, so a value that
+// cannot be encoded (NaN, say) is a 500 naming the problem, not a 200 with
+// a cut body.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+		slog.Error("encoding a response", "err", err)
+		buf.Reset()
+		_ = json.NewEncoder(&buf).Encode(apiError{Error: "internal error: encoding the response: " + err.Error()})
+		status = http.StatusInternalServerError
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	_ = enc.Encode(v)
+	_, _ = w.Write(buf.Bytes())
 }

@@ -12,7 +12,12 @@ import (
 	"github.com/mlstream/mlstream/runtime"
 )
 
-var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 64 << 10}
+// upgrader keeps gorilla's default Origin check (a browser page may open
+// the feed only from this service's own origin) and selects the
+// "mlstream" subprotocol, which a browser offers next to its token
+// ("bearer.<token>"): a browser drops a connection whose server selects
+// none of the protocols it offered.
+var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 64 << 10, Subprotocols: []string{wsProtocol}}
 
 const (
 	wsWriteWait = 10 * time.Second
@@ -61,6 +66,10 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 	if len(types) == 0 {
 		types = runtime.OutputTypes
 	}
+	if !s.takeWSSlot(w, r) {
+		return
+	}
+	defer s.wsClients.Add(-1)
 	conn, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader has answered
@@ -89,6 +98,9 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 	defer statsTick.Stop()
 	pingTick := time.NewTicker(wsPingEvery)
 	defer pingTick.Stop()
+	slow := slowWatch{timeout: s.cfg.WSSlowTimeout}
+	slowTick := time.NewTicker(min(s.cfg.WSSlowTimeout/4, time.Second))
+	defer slowTick.Stop()
 	write := func(msg []byte) bool {
 		_ = conn.SetWriteDeadline(time.Now().Add(wsWriteWait))
 		return conn.WriteMessage(websocket.TextMessage, msg) == nil
@@ -115,8 +127,58 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 			if conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsWriteWait)) != nil {
 				return
 			}
+		case now := <-slowTick.C:
+			if slow.behind(sub.Dropped(), now) {
+				s.closeSlow(conn, r, sub.Dropped())
+				return
+			}
 		}
 	}
+}
+
+// takeWSSlot counts a new WebSocket client, or answers 503 when
+// MaxWSClients are connected. The caller gives the slot back.
+func (s *Server) takeWSSlot(w http.ResponseWriter, r *http.Request) bool {
+	if n := s.wsClients.Add(1); n > int64(s.cfg.MaxWSClients) {
+		s.wsClients.Add(-1)
+		s.refuse("ws_full")
+		s.log.Warn("WebSocket refused: too many clients", "max", s.cfg.MaxWSClients, "remote", r.RemoteAddr)
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf("too many WebSocket clients (the limit is %d); try again later", s.cfg.MaxWSClients)})
+		return false
+	}
+	return true
+}
+
+// slowWatch tells a client that keeps losing messages from one that lost
+// a burst: it is behind when its drop count has grown at every check for
+// longer than timeout.
+type slowWatch struct {
+	timeout     time.Duration
+	lastDropped uint64
+	since       time.Time // first check of the current run of drops; zero: none
+}
+
+func (sw *slowWatch) behind(dropped uint64, now time.Time) bool {
+	grew := dropped > sw.lastDropped
+	sw.lastDropped = dropped
+	if !grew {
+		sw.since = time.Time{}
+		return false
+	}
+	if sw.since.IsZero() {
+		sw.since = now
+	}
+	return now.Sub(sw.since) >= sw.timeout
+}
+
+// closeSlow closes a client that stayed behind, with a close frame saying
+// why (1008, policy violation), and logs it.
+func (s *Server) closeSlow(conn *websocket.Conn, r *http.Request, dropped uint64) {
+	s.refuse("ws_slow")
+	reason := fmt.Sprintf("too slow: lost messages for %v (%d dropped); reconnect", s.cfg.WSSlowTimeout, dropped)
+	s.log.Warn("WebSocket client closed: too slow", "remote", r.RemoteAddr, "dropped", dropped, "for", s.cfg.WSSlowTimeout)
+	_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.ClosePolicyViolation, reason), time.Now().Add(wsWriteWait))
 }
 
 func (s *Server) sendStats(sub *runtime.Sub, jobs []string, write func([]byte) bool) bool {

@@ -11,16 +11,31 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"path"
+	"strings"
 )
 
 //go:embed static
 var files embed.FS
 
-// Handler serves the dashboard at / (index.html) and its assets.
-func Handler() http.Handler {
+// Handler serves the dashboard at / (index.html) and its assets. Any
+// other path, directories included (no listings), goes to notFound.
+func Handler(notFound http.Handler) http.Handler {
 	sub, err := fs.Sub(files, "static")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	return http.FileServer(http.FS(sub))
+	fileServer := http.FileServer(http.FS(sub))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
+		if name == "" || name == "index.html" {
+			fileServer.ServeHTTP(w, r)
+			return
+		}
+		if st, err := fs.Stat(sub, name); err != nil || st.IsDir() {
+			notFound.ServeHTTP(w, r)
+			return
+		}
+		fileServer.ServeHTTP(w, r)
+	})
 }

@@ -29,7 +29,7 @@ func get(t *testing.T, srv *httptest.Server, path string) string {
 
 // The page and every file it names are served from the binary.
 func TestServesPageAndAssets(t *testing.T) {
-	srv := httptest.NewServer(Handler())
+	srv := httptest.NewServer(Handler(http.NotFoundHandler()))
 	defer srv.Close()
 	page := get(t, srv, "/")
 	refs := regexp.MustCompile(`(?:src|href)="([^"]+)"`).FindAllStringSubmatch(page, -1)

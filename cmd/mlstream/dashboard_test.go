@@ -230,6 +230,7 @@ const pageState = `() => {
     groupPoints: points("clicks", "group"), consistency: f("clicks", "consistency"),
     recoveries: job("clicks") ? [...job("clicks").querySelectorAll("ol.recoveries li[data-at]")].map(li => ({...li.dataset})) : [],
     banner: banner.hidden ? "" : banner.textContent.trim(),
+    auth: (f => f.hidden ? "" : f.querySelector(".msg").textContent + (f.querySelector(".forget").hidden ? "" : " [forget]"))(document.getElementById("auth")),
     overflow: document.documentElement.scrollWidth - window.innerWidth,
   };
 }`
@@ -487,6 +488,54 @@ func TestDashboardInBrowser(t *testing.T) {
 	if dir := os.Getenv("MLSTREAM_DASHBOARD_SHOTS"); dir != "" {
 		b.screenshots(dir)
 	}
+	b.checkConsole()
+	if testing.Verbose() {
+		t.Logf("console of the page:\n%s", b.consoleLog())
+	}
+}
+
+// A service with tokens: the page asks for a read token, refuses a token
+// without the read scope and offers to forget it, then shows the data with
+// a read token, which it keeps across a reload.
+func TestDashboardAsksForToken(t *testing.T) {
+	const readTok, ingestTok = "read-token-for-the-page-0123", "ingest-token-for-the-page-0123"
+	b := newBrowser(t)
+	srv := startEnv(t, []string{"MLSTREAM_TOKENS=read:" + readTok + ",ingest:" + ingestTok},
+		"demo", "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--rate", "2000")
+	url := srv.url()
+	// Until the read token is in, the page meets 401s and 403s on purpose.
+	refusals := time.Now()
+
+	b.do("loading the dashboard", chromedp.Navigate(url+"/"))
+	b.waitFor("the page asks for a token", `s.conn === "auth" && s.auth.includes("needs a token") && !s.auth.includes("[forget]")`, nil, 15*time.Second)
+	// The Content-Security-Policy is in force: an injected inline script
+	// does not run (the browser says so on the console, inside the window
+	// of expected errors).
+	if v := b.eval("injecting an inline script", `(() => {
+		const sc = document.createElement("script");
+		sc.textContent = "window.injected = true";
+		document.body.appendChild(sc);
+		return {ran: window.injected === true};
+	})()`); v["ran"] != false {
+		b.fatalf("an inline script ran despite the CSP: %v", v)
+	}
+	enter := func(tok string) {
+		b.t.Helper()
+		b.do("entering a token", chromedp.SendKeys(chromedp.CSS("#auth input"), tok), chromedp.Click(chromedp.CSS(`#auth button[type="submit"]`)))
+	}
+	enter(ingestTok)
+	b.waitFor("a token without read is refused", `s.conn === "auth" && s.auth.includes("may not read") && s.auth.includes("[forget]")`, nil, 15*time.Second)
+	b.do("forgetting it", chromedp.Click(chromedp.CSS("#auth .forget")))
+	b.waitFor("the page asks again", `s.conn === "auth" && s.auth.includes("needs a token") && !s.auth.includes("[forget]")`, nil, 15*time.Second)
+	enter(readTok)
+	b.mu.Lock()
+	b.outages = append(b.outages, [2]time.Time{refusals, time.Now().Add(time.Second)})
+	b.mu.Unlock()
+	b.waitFor("the page shows the data", `s.conn === "live" && s.auth === "" && s.jobs.includes("clicks:logreg") && s.processed !== "–" && s.acc >= 2`, nil, 30*time.Second)
+
+	// The token stays in the browser: a reload goes live without asking.
+	b.do("reloading", chromedp.Reload())
+	b.waitFor("live again without asking", `s.conn === "live" && s.auth === "" && s.processed !== "–"`, nil, 30*time.Second)
 	b.checkConsole()
 	if testing.Verbose() {
 		t.Logf("console of the page:\n%s", b.consoleLog())

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/mlstream/mlstream/api"
 	"github.com/mlstream/mlstream/internal/gen"
 	"github.com/mlstream/mlstream/runtime"
 )
@@ -59,17 +60,27 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer cancel()
 	genDone := make(chan struct{})
 	started := false
-	o.ready = func(addr string) {
+	o.ready = func(l listening) {
 		started = true
-		url := dashboardURL(addr)
+		url := l.url
 		fmt.Fprintf(stdout, "mlstream demo: dashboard at %s\n", url)
 		fmt.Fprintf(stdout, "  job %q (logreg) learns from stream %q: %d events/s from a known true model, which drifts after %d events\n", demoJob, demoStream, *rate, *drift)
 		fmt.Fprintf(stdout, "  jobs \"top-features\" (heavy hitters, 10 s windows) and \"users\" (distinct keys) read it too\n")
 		fmt.Fprintf(stdout, "  job \"conversions\" joins it with stream %q (a purchase after some clicks) within 5 s\n", purchaseStream)
-		fmt.Fprintf(stdout, "  try: curl %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
+		if l.auth != nil {
+			fmt.Fprintf(stdout, "  try: curl -H \"Authorization: Bearer $READ_TOKEN\" %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
+		} else {
+			fmt.Fprintf(stdout, "  try: curl %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
+		}
+		// The generator posts over HTTP like any client: with tokens
+		// configured, with one of its own that nobody else sees.
+		c := poster{client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: l.clientTLS}}}
+		if l.auth != nil {
+			c.token = l.auth.Ephemeral(api.ScopeIngest)
+		}
 		go func() {
 			defer close(genDone)
-			generate(ctx, url+"v1/streams/", gen.Config{Seed: *seed, DriftAfter: *drift}, *rate, slog.Default())
+			generate(ctx, c, url+"v1/streams/", gen.Config{Seed: *seed, DriftAfter: *drift}, *rate, slog.Default())
 		}()
 	}
 	err := serve(ctx, o)
@@ -88,11 +99,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // ctx ends, and for some clicks (positive labels) a purchase up to 2 s of
 // event time later to the purchase stream. It honours 429's
 // retry_after_ms.
-func generate(ctx context.Context, streams string, cfg gen.Config, rate int, log *slog.Logger) {
+func generate(ctx context.Context, client poster, streams string, cfg gen.Config, rate int, log *slog.Logger) {
 	g := gen.New(cfg)
 	r := rand.New(rand.NewPCG(uint64(cfg.Seed), 99))
 	var purchases []byte
-	client := &http.Client{Timeout: 10 * time.Second}
 	const tick = 50 * time.Millisecond
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -132,7 +142,7 @@ func generate(ctx context.Context, streams string, cfg gen.Config, rate int, log
 			if len(req.body) == 0 {
 				continue
 			}
-			w, err := post(ctx, client, streams+req.stream+"/events", req.body)
+			w, err := client.post(ctx, streams+req.stream+"/events", req.body)
 			if err != nil && ctx.Err() == nil {
 				log.Warn("demo generator", "stream", req.stream, "err", err)
 			}
@@ -149,14 +159,23 @@ func generate(ctx context.Context, streams string, cfg gen.Config, rate int, log
 	}
 }
 
+// poster posts the demo's events, with a bearer token when it has one.
+type poster struct {
+	client *http.Client
+	token  string
+}
+
 // post sends one NDJSON body; on 429 it returns how long to wait.
-func post(ctx context.Context, c *http.Client, url string, body []byte) (time.Duration, error) {
+func (p poster) post(ctx context.Context, url string, body []byte) (time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/x-ndjson")
-	resp, err := c.Do(req)
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
+	resp, err := p.client.Do(req)
 	if err != nil {
 		return 0, err
 	}

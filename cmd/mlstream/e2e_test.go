@@ -58,7 +58,16 @@ var servingRE = regexp.MustCompile(`msg="mlstream serving" addr=(\S+)`)
 
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, nil, args...)
+}
+
+// startEnv starts mlstream with env added to the test's environment.
+func startEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, cmd: exec.Command(binary, args...), addr: make(chan string, 1), done: make(chan error, 1)}
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,7 @@
 // Command mlstream is the mlstream service and its tools:
 //
-//	mlstream serve  --config jobs.yaml --addr :8080 --data ./data
-//	mlstream demo   [--addr :8080] [--rate 2000]
+//	mlstream serve  --config jobs.yaml [--addr 127.0.0.1:8080] --data ./data [--auth-file tokens] [--tls-cert c --tls-key k]
+//	mlstream demo   [--addr 127.0.0.1:8080] [--rate 2000]
 //	mlstream replay FILE --stream S --url http://localhost:8080 [--rate R] [--batch N]
 //	mlstream version
 package main
@@ -23,12 +23,16 @@ var version = "dev"
 const usage = `mlstream: online learning, synopses and joins on event streams.
 
 Usage:
-  mlstream serve  --config FILE [--addr :8080] [--data DIR]   run the service
-  mlstream demo   [--addr :8080] [--rate 2000]                 the service with a demo job and a built-in event generator
+  mlstream serve  --config FILE [--addr 127.0.0.1:8080] [--data DIR]
+                  [--auth-file FILE] [--tls-cert FILE --tls-key FILE]
+                                                               run the service
+  mlstream demo   [--addr 127.0.0.1:8080] [--rate 2000]        the service with a demo job and a built-in event generator
   mlstream replay FILE --stream S [--url URL] [--rate R] [--batch N]
                                                                stream an NDJSON file to a server
   mlstream version                                             print the version
 
+Listening beyond loopback needs bearer tokens (--auth-file, or
+MLSTREAM_TOKENS=admin:TOKEN) or --insecure-no-auth.
 Run "mlstream COMMAND -h" for the flags of a command.
 `
 

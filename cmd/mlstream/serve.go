@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,7 +14,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mlstream/mlstream/api"
@@ -32,14 +38,21 @@ type serverOptions struct {
 	maxBody, maxEvent   int64
 	logLevel, logFormat string
 	shutdownGrace       time.Duration
-	ready               func(addr string) // called once listening, with the bound address
+	authFile            string
+	insecureNoAuth      bool
+	tlsCert, tlsKey     string
+	maxWSClients        int
+	wsBacklog           int
+	wsSlowTimeout       time.Duration
+	authPoll            time.Duration     // how often the auth file is checked for changes (default 1s)
+	ready               func(l listening) // called once listening
 	extraSpecs          []runtime.Spec
 	onEngine            func(e *runtime.Engine)
 	stdout, stderr      io.Writer
 }
 
 func (o *serverOptions) register(fs *flag.FlagSet, defConfig bool) {
-	fs.StringVar(&o.addr, "addr", ":8080", "listen address")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address; a non-loopback one needs tokens (--auth-file or $"+api.TokensEnv+") or --insecure-no-auth")
 	if defConfig {
 		fs.StringVar(&o.config, "config", "", "job config file, YAML or JSON: {jobs: [...]}")
 	}
@@ -52,6 +65,119 @@ func (o *serverOptions) register(fs *flag.FlagSet, defConfig bool) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take to drain the queues")
+	fs.StringVar(&o.authFile, "auth-file", "", "bearer tokens, one \"scope token\" a line (scopes: ingest, read, admin); re-read on change and on SIGHUP")
+	fs.BoolVar(&o.insecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without tokens: anyone who reaches the port may read and change everything")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate (chain) file: serve HTTPS and WSS (with --tls-key)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
+	fs.IntVar(&o.maxWSClients, "max-ws-clients", 256, "concurrent WebSocket connections (503 above)")
+	fs.IntVar(&o.wsBacklog, "ws-backlog", 4096, "messages a WebSocket client may fall behind before its messages are dropped")
+	fs.DurationVar(&o.wsSlowTimeout, "ws-slow-timeout", 10*time.Second, "a WebSocket client losing messages for this long is closed")
+}
+
+// listening is what serve tells its caller once it accepts connections.
+type listening struct {
+	addr string    // the bound address
+	url  string    // a URL a browser can open: http(s)://host:port/
+	auth *api.Auth // nil: no tokens
+	// clientTLS, with TLS, is a client config trusting exactly this
+	// server's certificate (whatever names it holds).
+	clientTLS *tls.Config
+}
+
+// edge is the network-facing setup of serve, checked before the engine
+// starts: tokens, TLS and whether the listener is loopback.
+type edge struct {
+	auth     *api.Auth
+	tls      *tls.Config
+	loopback bool
+}
+
+// prepareEdge loads tokens and the certificate and refuses a non-loopback
+// address without tokens unless --insecure-no-auth.
+func prepareEdge(o serverOptions, log *slog.Logger) (edge, error) {
+	var e edge
+	var err error
+	if e.auth, err = api.NewAuth(o.authFile, os.Getenv(api.TokensEnv), log); err != nil {
+		return e, err
+	}
+	if e.loopback, err = loopbackAddr(o.addr); err != nil {
+		return e, fmt.Errorf("--addr: %w", err)
+	}
+	if !e.loopback && e.auth == nil && !o.insecureNoAuth {
+		return e, fmt.Errorf("refusing to listen on %s, which is not a loopback address, without tokens: "+
+			"add tokens with --auth-file FILE (lines \"admin TOKEN\", \"read TOKEN\", \"ingest TOKEN\"; make a token with: openssl rand -hex 32) "+
+			"or with %s=admin:TOKEN in the environment; or listen on 127.0.0.1; or pass --insecure-no-auth to let anyone in", o.addr, api.TokensEnv)
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return e, errors.New("--tls-cert and --tls-key go together")
+	}
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return e, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		e.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	return e, nil
+}
+
+// loopbackAddr reports whether a listen address binds loopback only. An
+// empty host (all interfaces) is not; a name is when all its addresses are.
+func loopbackAddr(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, err
+	}
+	if host == "" {
+		return false, nil
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback(), nil
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true, nil
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil {
+		return false, err
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return false, nil
+		}
+	}
+	return len(ips) > 0, nil
+}
+
+// pinnedClientTLS trusts exactly the server's own certificate, so the
+// demo's generator can post to its own HTTPS listener whatever names the
+// certificate holds.
+func pinnedClientTLS(server *tls.Config) *tls.Config {
+	leaf := server.Certificates[0].Certificate[0]
+	return &tls.Config{
+		InsecureSkipVerify: true, // replaced by the pin below
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 || !bytes.Equal(raw[0], leaf) {
+				return errors.New("not this server's certificate")
+			}
+			return nil
+		},
+	}
+}
+
+// reloadOnHUP re-reads the tokens on SIGHUP until ctx ends.
+func reloadOnHUP(ctx context.Context, auth *api.Auth) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = auth.Reload()
+		}
+	}
 }
 
 // parseFlags parses args; -h gives flag.ErrHelp (exit 0), a bad flag
@@ -103,6 +229,10 @@ func serve(ctx context.Context, o serverOptions) error {
 	if err != nil {
 		return err
 	}
+	edge, err := prepareEdge(o, log)
+	if err != nil {
+		return err
+	}
 	var specs []runtime.Spec
 	if o.config != "" {
 		data, err := os.ReadFile(o.config)
@@ -146,24 +276,42 @@ func serve(ctx context.Context, o serverOptions) error {
 	}
 	srv := api.New(api.Config{
 		Engine: engine, MaxBodyBytes: o.maxBody, MaxEventBytes: int(o.maxEvent),
-		Gatherer: reg, Dashboard: web.Handler(), Logger: log,
+		WSBacklog: o.wsBacklog, MaxWSClients: o.maxWSClients, WSSlowTimeout: o.wsSlowTimeout,
+		Gatherer: reg, Registerer: reg, Auth: edge.auth, LoopbackHosts: edge.loopback && edge.auth == nil,
+		Dashboard: web.Handler(api.NotFound), Logger: log,
 	})
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		_ = engine.Close(context.Background())
 		return err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, TLSConfig: edge.tls}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	scheme := "http"
+	if edge.tls != nil {
+		scheme = "https"
+		go func() { errc <- hs.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- hs.Serve(ln) }()
+	}
+	if edge.auth != nil {
+		actx, stopAuth := context.WithCancel(ctx)
+		defer stopAuth()
+		go edge.auth.Watch(actx, cmp.Or(o.authPoll, time.Second))
+		go reloadOnHUP(actx, edge.auth)
+	}
 	srv.SetReady(true)
 	addr := ln.Addr().String()
-	log.Info("mlstream serving", "addr", addr, "jobs", len(specs), "version", version)
+	log.Info("mlstream serving", "addr", addr, "scheme", scheme, "tokens", edge.auth.Count(), "jobs", len(specs), "version", version)
 	if o.onEngine != nil {
 		o.onEngine(engine)
 	}
 	if o.ready != nil {
-		o.ready(addr)
+		l := listening{addr: addr, url: dashboardURL(scheme, addr), auth: edge.auth}
+		if edge.tls != nil {
+			l.clientTLS = pinnedClientTLS(edge.tls)
+		}
+		o.ready(l)
 	}
 
 	select {
@@ -192,13 +340,13 @@ func serve(ctx context.Context, o serverOptions) error {
 }
 
 // dashboardURL turns a listen address into a URL a browser can open.
-func dashboardURL(addr string) string {
+func dashboardURL(scheme, addr string) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "http://" + addr + "/"
+		return scheme + "://" + addr + "/"
 	}
 	if host == "" || host == "::" || host == "0.0.0.0" || strings.HasPrefix(host, "[::") {
 		host = "localhost"
 	}
-	return "http://" + net.JoinHostPort(host, port) + "/"
+	return scheme + "://" + net.JoinHostPort(host, port) + "/"
 }

@@ -3,7 +3,11 @@
 // /v1/jobs (jobs declared or removed) and /metrics (rejected counts, and
 // shed counts from a service whose status lacks them) every few seconds; samples
 // predictions and join matches with short-lived subscriptions instead of
-// taking every one. Reconnects by itself and says so.
+// taking every one. Reconnects by itself and says so. A service with
+// tokens answers 401: the page then asks for a read token, keeps it in
+// localStorage, and sends it as "Authorization: Bearer" on fetches and as
+// the WebSocket subprotocol "bearer.<token>" (next to "mlstream"), since
+// a browser cannot set headers on a WebSocket.
 "use strict";
 
 const HISTORY = 600;        // chart points per series: ten minutes of stats
@@ -15,6 +19,7 @@ const BACKOFF_MAX = 2000;   // ms between reconnection attempts, at most
 const SILENCE = 10000;      // ms without a message before the feed is deemed dead
 const KEEP = 20;            // recoveries listed per job
 const BACKUPS = 5;          // last backups listed per job
+const TOKEN_KEY = "mlstream.token"; // localStorage key of the read token
 
 // The feed's state.
 let connected = false;   // the feed is open
@@ -600,10 +605,76 @@ function removeJob(name) {
   document.querySelector("#overview .empty").hidden = jobs.size > 0;
 }
 
+// ---- the token ----
+
+let token = (() => { try { return localStorage.getItem(TOKEN_KEY) || ""; } catch (e) { return ""; } })();
+let authWait = false;    // the service refused us: wait for a token
+
+// apiFetch GETs a path with the token; a 401 or 403 asks for a token and
+// throws.
+async function apiFetch(path) {
+  const r = await fetch(path, { headers: token ? { Authorization: "Bearer " + token } : {} });
+  if (r.status === 401 || r.status === 403) {
+    const body = await r.json().catch(() => ({}));
+    askToken(r.status, body.error || "");
+    throw new Error("not authorised");
+  }
+  return r;
+}
+
+function openWS(query) {
+  return token ? new WebSocket(wsURL(query), ["mlstream", "bearer." + token]) : new WebSocket(wsURL(query));
+}
+
+// askToken shows the token form, says why, and stops the feed until a
+// token comes.
+function askToken(status, msg) {
+  authWait = true;
+  const f = document.getElementById("auth");
+  $(f, ".msg").textContent = status === 403
+    ? "The saved token may not read this service (" + msg + "). Enter a token with the read scope."
+    : token ? "The service refused the saved token. Enter another one." : "This service needs a token with the read scope.";
+  $(f, ".forget").hidden = !token;
+  if (f.hidden) {
+    f.hidden = false;
+    $(f, "input").focus();
+  }
+  setConn("auth", "needs a token");
+  if (feed) feed.close();
+}
+
+// retry starts over with the token as it now is.
+function retry() {
+  authWait = false;
+  document.getElementById("auth").hidden = true;
+  setConn("connecting", "connecting…");
+  pollJobs().catch(() => {});
+  connect();
+}
+
+function saveToken(t) {
+  token = t;
+  try { if (t) localStorage.setItem(TOKEN_KEY, t); else localStorage.removeItem(TOKEN_KEY); } catch (e) { /* private mode: this page only */ }
+}
+
+document.getElementById("auth").addEventListener("submit", ev => {
+  ev.preventDefault();
+  const input = $(ev.target, "input");
+  const t = input.value.trim();
+  if (!t) return;
+  input.value = "";
+  saveToken(t);
+  retry();
+});
+$(document, "#auth .forget").addEventListener("click", () => {
+  saveToken("");
+  retry();
+});
+
 // ---- polls ----
 
 async function pollJobs() {
-  const r = await fetch("/v1/jobs");
+  const r = await apiFetch("/v1/jobs");
   if (!r.ok) return;
   const data = await r.json();
   const list = data.jobs || [];
@@ -637,7 +708,7 @@ function parseMetrics(text) {
 }
 
 async function pollMetrics() {
-  const r = await fetch("/metrics");
+  const r = await apiFetch("/metrics");
   if (r.ok) parseMetrics(await r.text());
 }
 
@@ -661,7 +732,7 @@ function wsURL(query) {
 // one still opening when the time is up (a busy service) is not refused.
 function sample(job, type, n) {
   return new Promise(resolve => {
-    const ws = new WebSocket(wsURL("jobs=" + encodeURIComponent(job) + "&types=" + type));
+    const ws = openWS("jobs=" + encodeURIComponent(job) + "&types=" + type);
     const got = [];
     let opened = false, done = false;
     const finish = refused => {
@@ -776,9 +847,12 @@ function onMessage(m) {
 }
 
 function connect() {
-  const ws = new WebSocket(wsURL("types=stats,backup,recovery,topk,distinct"));
+  if (authWait || feed) return;
+  const ws = openWS("types=stats,backup,recovery,topk,distinct");
   feed = ws;
+  let opened = false;
   ws.onopen = () => {
+    opened = true;
     connected = true;
     retryMs = 250;
     lastMsgAt = Date.now();
@@ -799,12 +873,16 @@ function connect() {
   ws.onclose = () => {
     if (feed !== ws) return;
     feed = null;
+    // A refused handshake looks like any failure to the page: ask a plain
+    // request whether it was the token.
+    if (!opened && !authWait) apiFetch("/v1/jobs").catch(() => {});
     if (connected || !lostAt) {
       lostAt = Date.now();
       reconnectedAt = 0;
       restarted.clear();
     }
     connected = false;
+    if (authWait) return;
     setConn("reconnecting", (everConnected ? "offline since " + clock(lostAt) : "cannot reach the service") + ", reconnecting…");
     for (const j of jobs.values()) j.health();
     setTimeout(connect, retryMs);
