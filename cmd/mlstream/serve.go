@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +45,8 @@ type serverOptions struct {
 	maxWSClients        int
 	wsBacklog           int
 	wsSlowTimeout       time.Duration
+	maxMemory           string
+	maxJobs             int
 	authPoll            time.Duration     // how often the auth file is checked for changes (default 1s)
 	ready               func(l listening) // called once listening
 	extraSpecs          []runtime.Spec
@@ -72,6 +75,8 @@ func (o *serverOptions) register(fs *flag.FlagSet, defConfig bool) {
 	fs.IntVar(&o.maxWSClients, "max-ws-clients", 256, "concurrent WebSocket connections (503 above)")
 	fs.IntVar(&o.wsBacklog, "ws-backlog", 4096, "messages a WebSocket client may fall behind before its messages are dropped")
 	fs.DurationVar(&o.wsSlowTimeout, "ws-slow-timeout", 10*time.Second, "a WebSocket client losing messages for this long is closed")
+	fs.StringVar(&o.maxMemory, "max-memory", "auto", "memory budget of all jobs' estimated state and queues (e.g. 8GiB; auto = half the machine's or cgroup's memory; none = no budget): PUT answers 507 past it")
+	fs.IntVar(&o.maxJobs, "max-jobs", 64, "most jobs at once (negative: no limit): PUT answers 507 past it")
 }
 
 // listening is what serve tells its caller once it accepts connections.
@@ -260,19 +265,9 @@ func serve(ctx context.Context, o serverOptions) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	engine := runtime.NewEngine(runtime.Config{
-		Partitions: o.partitions, QueueSize: o.queue, IngestWait: o.ingestWait, Registry: reg, Logger: log,
-		Store: store, DataDir: o.data,
-	})
-	for i, s := range specs {
-		if _, err := engine.PutJob(s); err != nil {
-			_ = engine.Close(context.Background())
-			var se *runtime.SpecError
-			if errors.As(err, &se) && o.config != "" && i < len(specs)-len(o.extraSpecs) {
-				return fmt.Errorf("%s: jobs[%d].%w", o.config, i, err)
-			}
-			return fmt.Errorf("job %q: %w", s.Name, err)
-		}
+	engine, err := startEngine(o, specs, store, reg, log)
+	if err != nil {
+		return err
 	}
 	srv := api.New(api.Config{
 		Engine: engine, MaxBodyBytes: o.maxBody, MaxEventBytes: int(o.maxEvent),
@@ -349,4 +344,54 @@ func dashboardURL(scheme, addr string) string {
 		host = "localhost"
 	}
 	return scheme + "://" + net.JoinHostPort(host, port) + "/"
+}
+
+// maxMemoryBytes reads --max-memory: auto (0: the engine's default), none
+// (-1: no budget) or a size.
+func maxMemoryBytes(v string) (int64, error) {
+	switch v {
+	case "auto", "":
+		return 0, nil
+	case "none":
+		return -1, nil
+	}
+	n, err := runtime.ParseBytes(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("--max-memory: want a size such as 8GiB, auto or none; got %q", v)
+	}
+	return n, nil
+}
+
+// startEngine makes the engine and starts the config file's jobs, then the
+// jobs recorded at run time in the data directory.
+func startEngine(o serverOptions, specs []runtime.Spec, store ft.Store, reg *prometheus.Registry, log *slog.Logger) (*runtime.Engine, error) {
+	maxMem, err := maxMemoryBytes(o.maxMemory)
+	if err != nil {
+		return nil, err
+	}
+	cfg := runtime.Config{
+		Partitions: o.partitions, QueueSize: o.queue, IngestWait: o.ingestWait, Registry: reg, Logger: log,
+		Store: store, DataDir: o.data, MaxMemory: maxMem, MaxJobs: o.maxJobs,
+	}
+	if o.data != "" {
+		jobs, err := ft.OpenJobDir(filepath.Join(o.data, ".jobs"))
+		if err != nil {
+			return nil, fmt.Errorf("--data: %w", err)
+		}
+		cfg.Jobs = jobs
+	}
+	engine := runtime.NewEngine(cfg)
+	if err := engine.Start(specs); err != nil {
+		_ = engine.Close(context.Background())
+		var fe *runtime.FileJobError
+		if errors.As(err, &fe) {
+			var se *runtime.SpecError
+			if errors.As(fe.Err, &se) && o.config != "" && fe.Index < len(specs)-len(o.extraSpecs) {
+				return nil, fmt.Errorf("%s: jobs[%d].%w", o.config, fe.Index, se)
+			}
+			return nil, fmt.Errorf("job %q: %w", fe.Name, fe.Err)
+		}
+		return nil, err
+	}
+	return engine, nil
 }
