@@ -30,7 +30,7 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 			Name: "mlstream_events_accepted_total", Help: "Events accepted (answered 202) per stream.",
 		}, []string{"stream"}),
 		refusedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "mlstream_events_rejected_total", Help: "Events refused per stream and reason: bad_input (400), too_large (413), busy (429), unknown_stream (404), closed (503).",
+			Name: "mlstream_events_rejected_total", Help: "Events refused per stream and reason: bad_input (400), too_large (413), busy (429), unknown_stream (404), closed (503), timeout (408). Streams no job reads are counted under stream=\"\".",
 		}, []string{"stream", "reason"}),
 		processed:     prometheus.NewDesc("mlstream_events_processed_total", "Events processed per job.", []string{"job"}, nil),
 		shed:          prometheus.NewDesc("mlstream_events_shed_total", "Events dropped by load shedding per job (jobs with a shed section).", []string{"job"}, nil),
@@ -67,13 +67,44 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 	return m
 }
 
+// The per-stream series exist only for streams some job reads: a stream
+// label is created under the engine's read lock after checking the stream
+// is read, and forgetStream deletes the stream's series under its write
+// lock when the last reader goes. Events for any other name are counted
+// under the one label value unknownStream, so that requests with random
+// stream names create no state.
+const unknownStream = ""
+
 func (m *metrics) accepted(stream string, n int) {
-	m.acceptedVec.WithLabelValues(stream).Add(float64(n))
+	m.e.mu.RLock()
+	defer m.e.mu.RUnlock()
+	m.acceptedVec.WithLabelValues(m.streamLabel(stream)).Add(float64(n))
 }
 
 // refused counts events refused with reason (see the metric's help).
 func (m *metrics) refused(stream, reason string, n int) {
-	m.refusedVec.WithLabelValues(stream, reason).Add(float64(n))
+	m.e.mu.RLock()
+	defer m.e.mu.RUnlock()
+	m.refusedVec.WithLabelValues(m.streamLabel(stream), reason).Add(float64(n))
+}
+
+// streamLabel is stream if a job reads it, else unknownStream. The caller
+// holds m.e.mu.
+func (m *metrics) streamLabel(stream string) string {
+	if len(m.e.mu.streams[stream]) == 0 {
+		return unknownStream
+	}
+	return stream
+}
+
+// forgetStream deletes the series of a stream no job reads any more. The
+// caller holds m.e.mu for writing.
+func (m *metrics) forgetStream(stream string) {
+	if stream == unknownStream {
+		return
+	}
+	m.acceptedVec.DeleteLabelValues(stream)
+	m.refusedVec.DeletePartialMatch(prometheus.Labels{"stream": stream})
 }
 
 // Refused counts events that the api refused before they reached a batch.
