@@ -15,8 +15,8 @@ type metrics struct {
 	acceptedVec *prometheus.CounterVec
 	refusedVec  *prometheus.CounterVec
 
-	processed, depth, capacity, shed, version, quality, latency, wsDropped, wsClients *prometheus.Desc
-	groupSize, groupOverhead, heldBack                                                *prometheus.Desc
+	processed, depth, capacity, shed, version, skipped, quality, latency, wsDropped, wsClients *prometheus.Desc
+	groupSize, groupOverhead, heldBack                                                         *prometheus.Desc
 
 	joinMatches, joinTuples, joinState, joinMaxState *prometheus.Desc
 
@@ -41,6 +41,7 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 		capacity:      prometheus.NewDesc("mlstream_queue_capacity", "Capacity of each partition queue, in events.", []string{"job", "partition"}, nil),
 		latency:       prometheus.NewDesc("mlstream_processing_latency_seconds", "Time from queueing to processed, per event.", []string{"job"}, nil),
 		version:       prometheus.NewDesc("mlstream_model_version", "Version of the global model (merges applied).", []string{"job"}, nil),
+		skipped:       prometheus.NewDesc("mlstream_model_skipped_updates_total", "Updates the model refused because they would have made a weight or an optimizer accumulator infinite or NaN.", []string{"job"}, nil),
 		quality:       prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss or auc; window is all or recent.", []string{"job", "metric", "window"}, nil),
 		joinMatches:   prometheus.NewDesc("mlstream_join_matches_total", "Pairs a join found (with sampling, pairs of sampled tuples).", []string{"job"}, nil),
 		joinTuples:    prometheus.NewDesc("mlstream_join_tuples_total", "Tuples of a join by outcome: late (dropped, behind the watermark), expired (left the state past the interval), evicted (left it early for max_state).", []string{"job", "outcome"}, nil),
@@ -112,7 +113,7 @@ func (e *Engine) Refused(stream, reason string, n int) { e.metrics.refused(strea
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.version, m.quality, m.wsClients, m.wsDropped,
+	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.version, m.skipped, m.quality, m.wsClients, m.wsDropped,
 		m.joinMatches, m.joinTuples, m.joinState, m.joinMaxState, m.groupSize, m.groupOverhead, m.heldBack,
 		m.ftDivergence, m.ftThreshold, m.ftPending, m.ftUnacked, m.ftItemLog, m.ftBackups, m.ftBackupBytes, m.ftFailures, m.ftWorst, m.ftPromise, m.ftLost} {
 		ch <- d
@@ -151,6 +152,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		j.kind.status(&st, false)
 		if st.Model != nil {
 			ch <- prometheus.MustNewConstMetric(m.version, prometheus.GaugeValue, float64(st.Model.Version), name)
+			ch <- prometheus.MustNewConstMetric(m.skipped, prometheus.CounterValue, float64(st.Model.Skipped), name)
 		}
 		if js := st.Join; js != nil {
 			ch <- prometheus.MustNewConstMetric(m.joinMatches, prometheus.CounterValue, float64(js.Matches), name)
