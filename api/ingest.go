@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -61,12 +62,32 @@ var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // releaseBody returns a buffer of readBody to the pool, unless it is
 // larger than BodyLimits.PoolMax: a pooled buffer lives until the pool is
-// cleared, and a body of many MiB must not.
+// cleared, and a body of many MiB must not. Dropping it frees the heap
+// only at the next collection, and the pages only when the runtime
+// scavenges them, which an idle server may not do for minutes: so a large
+// body also schedules returnMemory.
 func releaseBody(buf *bytes.Buffer) {
 	if buf.Cap() > bodyLimits.Load().PoolMax {
+		scheduleReturnMemory()
 		return
 	}
 	bodyBufs.Put(buf)
+}
+
+// returnMemoryAfter is how long after a large body the memory is given
+// back: time for the events it queued to be processed. Large bodies in
+// the meantime share the one call, so it runs at most once per period.
+const returnMemoryAfter = 2 * time.Second
+
+var returnMemoryPending atomic.Bool
+
+func scheduleReturnMemory() {
+	if returnMemoryPending.CompareAndSwap(false, true) {
+		time.AfterFunc(returnMemoryAfter, func() {
+			returnMemoryPending.Store(false)
+			debug.FreeOSMemory()
+		})
+	}
 }
 
 // minBodyBuf is the first capacity of a body buffer.
