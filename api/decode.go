@@ -217,8 +217,18 @@ func skipSpace(b []byte, i int) int {
 // afterwards, which finds any other error. A stray closing bracket is a
 // value of one byte, which the parser then refuses.
 func valueEnd(b []byte) int {
+	if len(b) > 0 && structural[b[0]] == 0 {
+		return scalarEnd(b, 0)
+	}
 	depth := 0
 	for i := 0; i < len(b); i++ {
+		// Skip what cannot change the depth: most of an event.
+		for i < len(b) && structural[b[i]] == 0 {
+			i++
+		}
+		if i == len(b) {
+			break
+		}
 		switch b[i] {
 		case '"':
 			j := stringEnd(b, i+1)
@@ -226,24 +236,21 @@ func valueEnd(b []byte) int {
 				return -1
 			}
 			i = j
-			if depth == 0 {
-				return i + 1
-			}
 		case '{', '[':
 			depth++
-		case '}', ']':
+			continue
+		default: // '}', ']'
 			depth--
-			if depth <= 0 {
-				return i + 1
-			}
-		default:
-			if depth == 0 {
-				return scalarEnd(b, i)
-			}
+		}
+		if depth <= 0 {
+			return i + 1
 		}
 	}
 	return -1
 }
+
+// structural marks the bytes that valueEnd looks at.
+var structural = [256]byte{'"': 1, '{': 1, '[': 1, '}': 1, ']': 1}
 
 // stringEnd returns the index of the quote closing the string whose
 // contents start at b[i], or -1.
