@@ -65,7 +65,7 @@ var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // cleared, and a body of many MiB must not. Dropping it frees the heap
 // only at the next collection, and the pages only when the runtime
 // scavenges them, which an idle server may not do for minutes: so a large
-// body also schedules returnMemory.
+// body also schedules a return of free memory to the system.
 func releaseBody(buf *bytes.Buffer) {
 	if buf.Cap() > bodyLimits.Load().PoolMax {
 		scheduleReturnMemory()
