@@ -7,37 +7,170 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/mlstream/mlstream/runtime"
 	"github.com/valyala/fastjson"
 )
 
+// BodyLimits bound how request bodies are read. The size limits are in
+// Config (MaxBodyBytes, MaxEventBytes); these are about time and memory.
+type BodyLimits struct {
+	// Timeout is the longest a request body may take to arrive, counted
+	// from when the handler starts reading it (default 30s). A body still
+	// arriving then is refused with 408 and the connection closed, so a
+	// client trickling bytes holds a connection for no longer than this.
+	Timeout time.Duration
+	// PoolMax is the capacity above which a body buffer is dropped after
+	// use instead of kept for the next request (default 1 MiB), so that
+	// one large body does not stay allocated.
+	PoolMax int
+}
+
+// Defaults of BodyLimits.
+const (
+	DefaultBodyTimeout = 30 * time.Second
+	DefaultBodyPoolMax = 1 << 20
+)
+
+var bodyLimits atomic.Pointer[BodyLimits]
+
+func init() { SetBodyLimits(BodyLimits{}) }
+
+// SetBodyLimits sets the body limits of every Server in the process; zero
+// fields take the defaults.
+func SetBodyLimits(l BodyLimits) {
+	if l.Timeout <= 0 {
+		l.Timeout = DefaultBodyTimeout
+	}
+	if l.PoolMax <= 0 {
+		l.PoolMax = DefaultBodyPoolMax
+	}
+	bodyLimits.Store(&l)
+}
+
+// CurrentBodyLimits returns the body limits in force.
+func CurrentBodyLimits() BodyLimits { return *bodyLimits.Load() }
+
 var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
+// releaseBody returns a buffer of readBody to the pool, unless it is
+// larger than BodyLimits.PoolMax: a pooled buffer lives until the pool is
+// cleared, and a body of many MiB must not. Dropping it frees the heap
+// only at the next collection, and the pages only when the runtime
+// scavenges them, which an idle server may not do for minutes: so a large
+// body also schedules a return of free memory to the system.
+func releaseBody(buf *bytes.Buffer) {
+	if buf.Cap() > bodyLimits.Load().PoolMax {
+		scheduleReturnMemory()
+		return
+	}
+	bodyBufs.Put(buf)
+}
+
+// returnMemoryAfter is how long after a large body the memory is given
+// back: time for the events it queued to be processed. Large bodies in
+// the meantime share the one call, so it runs at most once per period.
+const returnMemoryAfter = 2 * time.Second
+
+var returnMemoryPending atomic.Bool
+
+func scheduleReturnMemory() {
+	if returnMemoryPending.CompareAndSwap(false, true) {
+		time.AfterFunc(returnMemoryAfter, func() {
+			returnMemoryPending.Store(false)
+			debug.FreeOSMemory()
+		})
+	}
+}
+
+// minBodyBuf is the first capacity of a body buffer.
+const minBodyBuf = 4 << 10
+
 // readBody reads the whole body into a pooled buffer, refusing bodies over
-// max with a 413 DecodeError. Put the buffer back with bodyBufs.Put.
+// max with a 413 and bodies that take longer than BodyLimits.Timeout with
+// a 408 DecodeError. The buffer grows with the bytes that arrive, never
+// with what Content-Length announces. Give the buffer back with
+// releaseBody.
 func readBody(w http.ResponseWriter, r *http.Request, max int64) (*bytes.Buffer, error) {
 	if r.ContentLength > max {
-		return nil, &DecodeError{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf("body of %d bytes is over the limit of %d bytes; send smaller batches", r.ContentLength, max)}
+		return nil, bodyTooLarge(max)
 	}
+	stop := bodyDeadline(w)
+	defer stop()
 	buf := bodyBufs.Get().(*bytes.Buffer)
 	buf.Reset()
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, max))
+	data, err := readGrowing(buf.AvailableBuffer(), http.MaxBytesReader(w, r.Body, max), max)
+	*buf = *bytes.NewBuffer(data)
 	if err != nil {
-		bodyBufs.Put(buf)
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, &DecodeError{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf("body is over the limit of %d bytes; send smaller batches", max)}
-		}
-		return nil, &DecodeError{http.StatusBadRequest, 0, "reading body: " + err.Error()}
+		releaseBody(buf)
+		return nil, bodyReadError(err, max)
 	}
 	return buf, nil
+}
+
+// readGrowing appends all of rd to b, doubling the capacity when it is
+// full, up to max+1 bytes (enough for rd to report that it holds more).
+// Doubling from what has arrived keeps the buffer within twice the body.
+func readGrowing(b []byte, rd io.Reader, limit int64) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), min(max(2*cap(b), minBodyBuf), int(limit)+1))
+			copy(nb, b)
+			b = nb
+		}
+		n, err := rd.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// bodyDeadline sets the connection's read deadline BodyLimits.Timeout
+// from now; the returned func clears it, so that the server's own
+// background read of an idle connection is not cut short. Writers that
+// cannot set deadlines (a ResponseRecorder) read without one.
+func bodyDeadline(w http.ResponseWriter) (stop func()) {
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(bodyLimits.Load().Timeout)) != nil {
+		return func() {}
+	}
+	return func() { _ = rc.SetReadDeadline(time.Time{}) }
+}
+
+// discardBody reads and drops up to max bytes of the body, within the
+// body deadline, so that a refused client sees the answer instead of a
+// reset connection.
+func discardBody(w http.ResponseWriter, r *http.Request, max int64) {
+	stop := bodyDeadline(w)
+	defer stop()
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, max))
+}
+
+func bodyTooLarge(max int64) error {
+	return &DecodeError{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf("body is over the limit of %d bytes; send smaller batches", max)}
+}
+
+// bodyReadError turns an error reading a body into a DecodeError.
+func bodyReadError(err error, max int64) error {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return bodyTooLarge(max)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return &DecodeError{http.StatusRequestTimeout, 0, fmt.Sprintf("the body did not arrive within %v; send it faster or in smaller requests", bodyLimits.Load().Timeout)}
+	}
+	return &DecodeError{http.StatusBadRequest, 0, "reading body: " + err.Error()}
 }
 
 // ingestResponse is the 202 body.
@@ -52,28 +185,30 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 	stream := chi.URLParam(r, "stream")
 	b, err := s.engine.NewBatch(stream)
 	if err != nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, s.cfg.MaxBodyBytes))
+		discardBody(w, r, s.cfg.MaxBodyBytes)
 		s.engineError(w, stream, err, 1)
 		return
 	}
 	buf, err := readBody(w, r, s.cfg.MaxBodyBytes)
 	if err != nil {
-		s.engine.Refused(stream, "too_large", 1)
-		s.decodeError(w, err)
+		s.refuse(w, stream, err, 1)
 		return
 	}
-	defer bodyBufs.Put(buf)
-	b.Expect(bytes.Count(buf.Bytes(), []byte{'\n'}) + 1)
-	n, err := decodeEvents(buf.Bytes(), r.Header.Get("Content-Type"), s.cfg.MaxEventBytes, b.Add)
+	defer releaseBody(buf)
+	ctype := r.Header.Get("Content-Type")
+	events, err := countEvents(buf.Bytes(), ctype, s.cfg.MaxEventBytes)
+	if err == nil && events > b.MaxEvents() {
+		err = &DecodeError{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf(
+			"%d events, more than the queues of the jobs reading stream %q can take in one request (%d); send smaller batches", events, stream, b.MaxEvents())}
+	}
 	if err != nil {
-		events := max(n+1, bytes.Count(buf.Bytes(), []byte{'\n'}))
-		reason := "bad_input"
-		var de *DecodeError
-		if errors.As(err, &de) && de.Status == http.StatusRequestEntityTooLarge {
-			reason = "too_large"
-		}
-		s.engine.Refused(stream, reason, events)
-		s.decodeError(w, err)
+		s.refuse(w, stream, err, max(events, 1))
+		return
+	}
+	b.Expect(events)
+	n, err := decodeEvents(buf.Bytes(), ctype, s.cfg.MaxEventBytes, b.Add)
+	if err != nil {
+		s.refuse(w, stream, err, events)
 		return
 	}
 	accepted, err := b.Commit(r.Context())
@@ -82,6 +217,25 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, ingestResponse{Accepted: accepted, Shed: b.Shed()})
+}
+
+// refuse answers a body that cannot be taken, and counts its events as
+// refused with the reason of the status.
+func (s *Server) refuse(w http.ResponseWriter, stream string, err error, events int) {
+	reason := "bad_input"
+	var de *DecodeError
+	if errors.As(err, &de) {
+		switch de.Status {
+		case http.StatusRequestEntityTooLarge:
+			reason = "too_large"
+		case http.StatusRequestTimeout:
+			reason = "timeout"
+			// The rest of the body is not coming: the connection goes.
+			w.Header().Set("Connection", "close")
+		}
+	}
+	s.engine.Refused(stream, reason, events)
+	s.decodeError(w, err)
 }
 
 // decodeError answers a DecodeError or an InputError.
@@ -146,7 +300,7 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		s.decodeError(w, err)
 		return
 	}
-	defer bodyBufs.Put(buf)
+	defer releaseBody(buf)
 	// The version before predicting: the predictions saw at least it.
 	resp := predictResponse{Job: job.Name(), ModelVersion: pr.Version()}
 	_, err = decodeEvents(buf.Bytes(), r.Header.Get("Content-Type"), s.cfg.MaxEventBytes, func(v *fastjson.Value, line int) error {

@@ -229,6 +229,10 @@ func (m *Model) addFloatNew(i int, d float64) float64 {
 	for {
 		old := atomic.LoadUint64(p)
 		v := math.Float64frombits(old) + d
+		if !finite(v) {
+			m.skipped.Add(1)
+			return math.Float64frombits(old)
+		}
 		if d == 0 || atomic.CompareAndSwapUint64(p, old, math.Float64bits(v)) {
 			return v
 		}

@@ -67,6 +67,12 @@ func (l *Learner) Predict(feats []Feature) float64 {
 // zero deltas and syncs as a no-op. When a scale must grow, scan gives up
 // and collect runs instead, which grows every scale of the event before any
 // weight is read.
+//
+// An event whose margin is not finite (an input or a weight is infinite)
+// is not learned, and neither is one whose update would make a delta
+// entry non-finite (the update is undone): each counts in Model.Skipped
+// and not in Pending. The checks cost one comparison per event and one
+// multiply-add per coordinate.
 func (l *Learner) Learn(feats []Feature, label bool) float64 {
 	m := l.m
 	l.delta.reserve(len(feats) + 1) // entry indices in items stay valid
@@ -77,6 +83,7 @@ func (l *Learner) Learn(feats []Feature, label bool) float64 {
 	if !ok {
 		items = l.collect(feats)
 	}
+	l.items = items
 	var margin float64
 	if m.opt == optFTRL {
 		margin = l.marginFTRL(items)
@@ -84,22 +91,46 @@ func (l *Learner) Learn(feats []Feature, label bool) float64 {
 		margin = l.marginW(items)
 	}
 	p := sigmoid(margin)
+	// A non-finite margin means an input or a weight is not finite:
+	// learning from it would spread NaN to every weight it touches.
+	if !finite(margin) {
+		m.skipped.Add(1)
+		return p
+	}
 	g := p
 	if label {
 		g = p - 1
 	}
+	var written bool
 	switch m.opt {
 	case optFTRL:
-		l.updateFTRL(items, g)
+		written = l.updateFTRL(items, g)
 	case optAdaGrad:
-		l.updateAdaGrad(items, g)
+		written = l.updateAdaGrad(items, g)
 	case optSGD:
 		t := m.updates.Load() + uint64(l.pending) + 1
-		l.updateSGD(items, g, m.alpha/math.Sqrt(float64(t)))
+		written = l.updateSGD(items, g, m.alpha/math.Sqrt(float64(t)))
 	}
-	l.items = items
+	if !written {
+		l.undo(items)
+		m.skipped.Add(1)
+		return p
+	}
 	l.pending++
 	return p
+}
+
+// undo restores the delta entries that an update changed to their values
+// before it: each item saved them in its (then dead) fields w and sqrtN.
+// It goes backwards, since an event can touch a slot twice: the first
+// item's saved values are the oldest.
+func (l *Learner) undo(items []item) {
+	entries := l.delta.entries
+	for i := len(items) - 1; i >= 0; i-- {
+		it := &items[i]
+		e := &entries[it.idx]
+		e.da, e.db = it.w, it.sqrtN
+	}
 }
 
 // scan fills the scratch buffer with the event's active coordinates (bias
@@ -226,12 +257,27 @@ func (l *Learner) collect(feats []Feature) []item {
 	return items
 }
 
-// skipValue reports whether an input value is skipped: 0 or NaN. It is
-// one integer comparison: |v|'s bits minus 1 wrap around for ±0, and the
-// bits of a NaN are above those of +Inf.
+// minValueBits are the bits of MinValue.
+const minValueBits = 0x20b0000000000000
+
+// MinValue is the smallest input magnitude learned, 2^-500 (about
+// 3.05e-151): a smaller value is read as 0. The adaptive scale of a
+// feature is 1/max|x|, which for a subnormal x is +Inf and would turn the
+// feature's state into NaN; above MinValue the scale, and its rescaling by
+// any finite larger value up to 2^500, stay finite.
+const MinValue = 0x1p-500
+
+// skipValue reports whether an input value is skipped: 0, under MinValue
+// or NaN (an infinity is not skipped: Learn refuses the event). It is one
+// integer comparison: |v|'s bits minus those of MinValue wrap around
+// below it, and the bits of a NaN are above those of +Inf.
 func skipValue(v float64) bool {
-	return math.Float64bits(v)&^(1<<63)-1 >= 0x7ff0000000000000
+	return math.Float64bits(v)&^(1<<63)-minValueBits > 0x7ff0000000000000-minValueBits
 }
+
+// finite reports whether v is neither infinite nor NaN: v-v is NaN for
+// both.
+func finite(v float64) bool { return v-v == 0 }
 
 // marginFTRL computes the margin with FTRL weights. It stores in each
 // item its delta entry (added if missing), weight and sqrt(n).
@@ -312,55 +358,76 @@ func clipGrad(gi, c float64) float64 {
 	return gi
 }
 
-func (l *Learner) updateFTRL(items []item, g float64) {
+// The update functions write each item's delta entry, saving its old
+// values in the item's fields w and sqrtN for undo (the item is done with
+// them), and report whether every entry written is finite: bad sums
+// v*0 over the values written, which is 0 for finite ones and NaN for an
+// infinity or a NaN, without a branch per item.
+
+func (l *Learner) updateFTRL(items []item, g float64) (ok bool) {
 	m := l.m
 	invAlpha, clip := m.invAlpha, m.clip
 	entries := l.delta.entries
+	var bad float64
 	for i := range items {
 		it := &items[i]
+		e := &entries[it.idx]
+		w, sqrtN := it.w, it.sqrtN
+		it.w, it.sqrtN = e.da, e.db
 		gi := clipGrad(g*it.x, clip)
 		if gi == 0 {
 			continue
 		}
 		g2 := gi * gi
-		sigma := (math.Sqrt(it.sqrtN*it.sqrtN+g2) - it.sqrtN) * invAlpha
-		e := &entries[it.idx]
-		e.da += gi - sigma*it.w
+		sigma := (math.Sqrt(sqrtN*sqrtN+g2) - sqrtN) * invAlpha
+		e.da += gi - sigma*w
 		e.db += g2
+		bad += (e.da + e.db) * 0
 	}
+	return bad == 0
 }
 
-func (l *Learner) updateAdaGrad(items []item, g float64) {
+func (l *Learner) updateAdaGrad(items []item, g float64) (ok bool) {
 	m := l.m
 	alpha, clip, l1, l2 := m.alpha, m.clip, m.l1, m.l2
 	entries := l.delta.entries
+	var bad float64
 	for i := range items {
 		it := &items[i]
-		gi := clipGrad(g*it.x+l2*it.w, clip)
+		e := &entries[it.idx]
+		w, sumSq := it.w, it.sqrtN
+		it.w, it.sqrtN = e.da, e.db
+		gi := clipGrad(g*it.x+l2*w, clip)
 		if gi == 0 {
 			continue
 		}
 		g2 := gi * gi
-		rate := alpha / math.Sqrt(it.sqrtN+g2)
-		e := &entries[it.idx]
-		e.da += shrink(it.w-rate*gi, rate*l1) - it.w
+		rate := alpha / math.Sqrt(sumSq+g2)
+		e.da += shrink(w-rate*gi, rate*l1) - w
 		e.db += g2
+		bad += (e.da + e.db) * 0
 	}
+	return bad == 0
 }
 
-func (l *Learner) updateSGD(items []item, g, eta float64) {
+func (l *Learner) updateSGD(items []item, g, eta float64) (ok bool) {
 	m := l.m
 	clip, l1, l2 := m.clip, m.l1, m.l2
 	entries := l.delta.entries
+	var bad float64
 	for i := range items {
 		it := &items[i]
-		gi := clipGrad(g*it.x+l2*it.w, clip)
+		e := &entries[it.idx]
+		w := it.w
+		it.w, it.sqrtN = e.da, e.db
+		gi := clipGrad(g*it.x+l2*w, clip)
 		if gi == 0 {
 			continue
 		}
-		e := &entries[it.idx]
-		e.da += shrink(it.w-eta*gi, eta*l1) - it.w
+		e.da += shrink(w-eta*gi, eta*l1) - w
+		bad += e.da * 0
 	}
+	return bad == 0
 }
 
 // shrink applies the L1 proximal step (soft thresholding by t >= 0).

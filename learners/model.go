@@ -61,6 +61,7 @@ type Model struct {
 
 	version atomic.Uint64 // syncs applied
 	updates atomic.Uint64 // labelled events merged
+	skipped atomic.Uint64 // updates refused for making the state non-finite
 }
 
 // NewModel validates cfg, fills its defaults and returns an empty model.
@@ -117,6 +118,12 @@ func (m *Model) Version() uint64 { return m.version.Load() }
 // Updates returns the number of labelled events merged into the model.
 func (m *Model) Updates() uint64 { return m.updates.Load() }
 
+// Skipped returns the number of updates the model refused because they
+// would have made a weight or an optimizer accumulator infinite or NaN:
+// events learned from (Learner.Learn) and merges of a slot (Sync) that
+// were dropped instead. Each one is an event the model did not learn.
+func (m *Model) Skipped() uint64 { return m.skipped.Load() }
+
 // Slot returns the weight slot of a feature hash.
 func (m *Model) Slot(hash uint64) int { return int(hash & m.mask) }
 
@@ -130,15 +137,10 @@ func (m *Model) Slots() int { return m.nslots }
 
 func (m *Model) load(i int) float64 { return math.Float64frombits(atomic.LoadUint64(&m.state[i])) }
 
-// addFloat adds d to the float64 stored at state[i], atomically.
+// addFloat adds d to the float64 stored at state[i], atomically. A sum
+// that is not finite is not stored, and counted in Skipped.
 func (m *Model) addFloat(i int, d float64) {
-	p := &m.state[i]
-	for {
-		old := atomic.LoadUint64(p)
-		if atomic.CompareAndSwapUint64(p, old, math.Float64bits(math.Float64frombits(old)+d)) {
-			return
-		}
-	}
+	m.addFloatNew(i, d)
 }
 
 // growScale raises the scale of slot to x (> 0) if it is smaller, and
@@ -353,8 +355,11 @@ func sigmoid(margin float64) float64 {
 
 // Snapshot is a versioned view of the global model for the API.
 type Snapshot struct {
-	Version  uint64        `json:"version"`
-	Updates  uint64        `json:"updates"`
+	Version uint64 `json:"version"`
+	Updates uint64 `json:"updates"`
+	// Skipped counts updates refused for making the state non-finite
+	// (Model.Skipped).
+	Skipped  uint64        `json:"skipped_updates"`
 	HashBits int           `json:"hash_bits"`
 	NonZero  int           `json:"nonzero_weights"`
 	Weights  []WeightEntry `json:"weights,omitempty"`
@@ -376,6 +381,7 @@ func (m *Model) Snapshot(withWeights bool, limit int) Snapshot {
 	s := Snapshot{
 		Version:  m.Version(),
 		Updates:  m.Updates(),
+		Skipped:  m.Skipped(),
 		HashBits: m.cfg.HashBits,
 	}
 	for slot := 0; slot < m.nslots; slot++ {

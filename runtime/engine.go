@@ -320,6 +320,7 @@ func (e *Engine) DeleteJob(name string) error {
 		}
 		if len(kept) == 0 {
 			delete(e.mu.streams, st)
+			e.metrics.forgetStream(st)
 		} else {
 			e.mu.streams[st] = kept
 		}

@@ -120,7 +120,8 @@ func newJoinJob(spec Spec, p *Params) (kindJob, error) {
 }
 
 // extract reads the side's join key (required), the event time and, on
-// the value side, the value (a number, required when value is set).
+// the value side, the value (a number within Limits.MaxValue, required
+// when value is set).
 func (j *joinJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64) error {
 	field := j.on[rec.Side]
 	key, err := extractKey(v, field, a)
@@ -139,7 +140,9 @@ func (j *joinJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64) e
 		if x == nil || x.Type() != fastjson.TypeNumber {
 			return badField(j.value, "required on the %s stream: a number the join sums and averages", joins.Side(rec.Side))
 		}
-		rec.Value, _ = x.Float64()
+		if rec.Value, err = boundedNumber(x, j.value, limits.Load().MaxValue); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -15,8 +15,8 @@ type metrics struct {
 	acceptedVec *prometheus.CounterVec
 	refusedVec  *prometheus.CounterVec
 
-	processed, depth, capacity, shed, version, quality, latency, wsDropped, wsClients *prometheus.Desc
-	groupSize, groupOverhead, heldBack                                                *prometheus.Desc
+	processed, depth, capacity, shed, version, skipped, quality, latency, wsDropped, wsClients *prometheus.Desc
+	groupSize, groupOverhead, heldBack                                                         *prometheus.Desc
 
 	joinMatches, joinTuples, joinState, joinMaxState *prometheus.Desc
 
@@ -30,7 +30,7 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 			Name: "mlstream_events_accepted_total", Help: "Events accepted (answered 202) per stream.",
 		}, []string{"stream"}),
 		refusedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "mlstream_events_rejected_total", Help: "Events refused per stream and reason: bad_input (400), too_large (413), busy (429), unknown_stream (404), closed (503).",
+			Name: "mlstream_events_rejected_total", Help: "Events refused per stream and reason: bad_input (400), too_large (413), busy (429), unknown_stream (404), closed (503), timeout (408). Streams no job reads are counted under stream=\"\".",
 		}, []string{"stream", "reason"}),
 		processed:     prometheus.NewDesc("mlstream_events_processed_total", "Events processed per job.", []string{"job"}, nil),
 		shed:          prometheus.NewDesc("mlstream_events_shed_total", "Events dropped by load shedding per job (jobs with a shed section).", []string{"job"}, nil),
@@ -41,6 +41,7 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 		capacity:      prometheus.NewDesc("mlstream_queue_capacity", "Capacity of each partition queue, in events.", []string{"job", "partition"}, nil),
 		latency:       prometheus.NewDesc("mlstream_processing_latency_seconds", "Time from queueing to processed, per event.", []string{"job"}, nil),
 		version:       prometheus.NewDesc("mlstream_model_version", "Version of the global model (merges applied).", []string{"job"}, nil),
+		skipped:       prometheus.NewDesc("mlstream_model_skipped_updates_total", "Updates the model refused because they would have made a weight or an optimizer accumulator infinite or NaN.", []string{"job"}, nil),
 		quality:       prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss or auc; window is all or recent.", []string{"job", "metric", "window"}, nil),
 		joinMatches:   prometheus.NewDesc("mlstream_join_matches_total", "Pairs a join found (with sampling, pairs of sampled tuples).", []string{"job"}, nil),
 		joinTuples:    prometheus.NewDesc("mlstream_join_tuples_total", "Tuples of a join by outcome: late (dropped, behind the watermark), expired (left the state past the interval), evicted (left it early for max_state).", []string{"job", "outcome"}, nil),
@@ -67,13 +68,44 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 	return m
 }
 
+// The per-stream series exist only for streams some job reads: a stream
+// label is created under the engine's read lock after checking the stream
+// is read, and forgetStream deletes the stream's series under its write
+// lock when the last reader goes. Events for any other name are counted
+// under the one label value unknownStream, so that requests with random
+// stream names create no state.
+const unknownStream = ""
+
 func (m *metrics) accepted(stream string, n int) {
-	m.acceptedVec.WithLabelValues(stream).Add(float64(n))
+	m.e.mu.RLock()
+	defer m.e.mu.RUnlock()
+	m.acceptedVec.WithLabelValues(m.streamLabel(stream)).Add(float64(n))
 }
 
 // refused counts events refused with reason (see the metric's help).
 func (m *metrics) refused(stream, reason string, n int) {
-	m.refusedVec.WithLabelValues(stream, reason).Add(float64(n))
+	m.e.mu.RLock()
+	defer m.e.mu.RUnlock()
+	m.refusedVec.WithLabelValues(m.streamLabel(stream), reason).Add(float64(n))
+}
+
+// streamLabel is stream if a job reads it, else unknownStream. The caller
+// holds m.e.mu.
+func (m *metrics) streamLabel(stream string) string {
+	if len(m.e.mu.streams[stream]) == 0 {
+		return unknownStream
+	}
+	return stream
+}
+
+// forgetStream deletes the series of a stream no job reads any more. The
+// caller holds m.e.mu for writing.
+func (m *metrics) forgetStream(stream string) {
+	if stream == unknownStream {
+		return
+	}
+	m.acceptedVec.DeleteLabelValues(stream)
+	m.refusedVec.DeletePartialMatch(prometheus.Labels{"stream": stream})
 }
 
 // Refused counts events that the api refused before they reached a batch.
@@ -81,7 +113,7 @@ func (e *Engine) Refused(stream, reason string, n int) { e.metrics.refused(strea
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.version, m.quality, m.wsClients, m.wsDropped,
+	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.version, m.skipped, m.quality, m.wsClients, m.wsDropped,
 		m.joinMatches, m.joinTuples, m.joinState, m.joinMaxState, m.groupSize, m.groupOverhead, m.heldBack,
 		m.ftDivergence, m.ftThreshold, m.ftPending, m.ftUnacked, m.ftItemLog, m.ftBackups, m.ftBackupBytes, m.ftFailures, m.ftWorst, m.ftPromise, m.ftLost} {
 		ch <- d
@@ -120,6 +152,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		j.kind.status(&st, false)
 		if st.Model != nil {
 			ch <- prometheus.MustNewConstMetric(m.version, prometheus.GaugeValue, float64(st.Model.Version), name)
+			ch <- prometheus.MustNewConstMetric(m.skipped, prometheus.CounterValue, float64(st.Model.Skipped), name)
 		}
 		if js := st.Join; js != nil {
 			ch <- prometheus.MustNewConstMetric(m.joinMatches, prometheus.CounterValue, float64(js.Matches), name)

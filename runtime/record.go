@@ -124,7 +124,7 @@ func extractKey(v *fastjson.Value, field string, a *arena) (string, error) {
 }
 
 // extractTS reads the event time: epoch milliseconds, or an RFC 3339
-// string. Absent means arrival time (now).
+// string, within Limits.MinTS..MaxTS. Absent means arrival time (now).
 func extractTS(v *fastjson.Value, field string, now int64) (int64, error) {
 	t := v.Get(field)
 	if t == nil {
@@ -132,9 +132,13 @@ func extractTS(v *fastjson.Value, field string, now int64) (int64, error) {
 	}
 	switch t.Type() {
 	case fastjson.TypeNumber:
-		f, _ := t.Float64()
-		if f < 0 || f > 1e15 || math.IsNaN(f) {
-			return 0, badField(field, "epoch milliseconds out of range: %v", t)
+		lim := limits.Load()
+		f, err := boundedNumber(t, field, math.Inf(1))
+		if err != nil {
+			return 0, err
+		}
+		if f < float64(lim.MinTS) || f > float64(lim.MaxTS) {
+			return 0, badField(field, "epoch milliseconds out of range [%d, %d]: %s", lim.MinTS, lim.MaxTS, shortJSON(t))
 		}
 		return int64(f), nil
 	case fastjson.TypeString:
@@ -142,6 +146,10 @@ func extractTS(v *fastjson.Value, field string, now int64) (int64, error) {
 		ts, err := time.Parse(time.RFC3339Nano, string(b))
 		if err != nil {
 			return 0, badField(field, "must be epoch milliseconds or an RFC 3339 time, got %q", b)
+		}
+		lim := limits.Load()
+		if ms := ts.UnixMilli(); ms < lim.MinTS || ms > lim.MaxTS {
+			return 0, badField(field, "time out of range [%s, %s]: %q", time.UnixMilli(lim.MinTS).UTC().Format(time.RFC3339), time.UnixMilli(lim.MaxTS).UTC().Format(time.RFC3339), b)
 		}
 		return ts.UnixMilli(), nil
 	case fastjson.TypeNull:
@@ -163,19 +171,20 @@ func extractLabel(v *fastjson.Value, field string) (int8, error) {
 	case fastjson.TypeFalse:
 		return 0, nil
 	case fastjson.TypeNumber:
-		f, _ := l.Float64()
-		if f == 0 || f == 1 {
+		f, err := l.Float64()
+		if err == nil && (f == 0 || f == 1) {
 			return int8(f), nil
 		}
 	case fastjson.TypeNull:
 		return -1, nil
 	}
-	return 0, badField(field, "must be 0, 1, true or false, got %s", l)
+	return 0, badField(field, "must be 0, 1, true or false, got %s", shortJSON(l))
 }
 
 // appendFeatures reads the features field: an object {name: number |
 // string | bool} (a string value v under name is the one-hot feature
-// "name=v"; false is skipped) or an array of strings (each a feature of
+// "name=v"; false is skipped; a number must be finite and within
+// Limits.MaxValue) or an array of strings (each a feature of
 // value 1). The hashes are those of learners.HashName/HashNameValue.
 func appendFeatures(dst []learners.Feature, v *fastjson.Value, field string) ([]learners.Feature, error) {
 	f := v.Get(field)
@@ -186,14 +195,15 @@ func appendFeatures(dst []learners.Feature, v *fastjson.Value, field string) ([]
 	case fastjson.TypeObject:
 		o, _ := f.Object()
 		var err error
+		maxValue := limits.Load().MaxValue
 		o.Visit(func(k []byte, x *fastjson.Value) {
 			if err != nil {
 				return
 			}
 			switch x.Type() {
 			case fastjson.TypeNumber:
-				n, _ := x.Float64()
-				if n != 0 {
+				var n float64
+				if n, err = boundedNumber(x, field+"."+string(k), maxValue); err == nil && n != 0 {
 					dst = append(dst, learners.Feature{Hash: learners.HashName(b2s(k)), Value: n})
 				}
 			case fastjson.TypeString:
