@@ -315,14 +315,14 @@ func (s *Server) require(need Scope) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			tok, ok := requestToken(r)
 			if !ok {
-				s.refuse("auth_missing")
+				s.countRefusal("auth_missing")
 				w.Header().Set("WWW-Authenticate", `Bearer realm="mlstream"`)
 				writeError(w, http.StatusUnauthorized, apiError{Error: "missing bearer token: send the header \"Authorization: Bearer <token>\" (a WebSocket may offer the subprotocols \"mlstream, bearer.<token>\")"})
 				return
 			}
 			scopes := s.cfg.Auth.lookup(tok)
 			if len(scopes) == 0 {
-				s.refuse("auth_invalid")
+				s.countRefusal("auth_invalid")
 				w.Header().Set("WWW-Authenticate", `Bearer realm="mlstream", error="invalid_token"`)
 				writeError(w, http.StatusUnauthorized, apiError{Error: "invalid bearer token"})
 				return
@@ -333,7 +333,7 @@ func (s *Server) require(need Scope) func(http.Handler) http.Handler {
 					return
 				}
 			}
-			s.refuse("auth_scope")
+			s.countRefusal("auth_scope")
 			writeError(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("this token lacks the scope %q needed for %s %s", need, r.Method, r.URL.Path), Scope: string(need)})
 		})
 	}

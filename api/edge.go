@@ -39,7 +39,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.refuse("panic")
+			s.countRefusal("panic")
 			s.log.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v))
 			s.log.Debug("panic stack", "method", r.Method, "path", r.URL.Path, "stack", string(debug.Stack()))
 			writeError(w, http.StatusInternalServerError, apiError{Error: "internal error"})
@@ -82,7 +82,7 @@ func (s *Server) checkContentType(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		s.refuse("content_type")
+		s.countRefusal("content_type")
 		got := "no Content-Type"
 		if ct != "" {
 			got = fmt.Sprintf("Content-Type %q", ct)
@@ -121,7 +121,7 @@ func (s *Server) checkHost(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		s.refuse("host")
+		s.countRefusal("host")
 		writeError(w, http.StatusMisdirectedRequest, apiError{
 			Error: fmt.Sprintf("Host %q is not a loopback name: this service listens on loopback without tokens and answers only localhost, *.localhost, 127.0.0.0/8 and [::1]", r.Host),
 			Field: "Host",

@@ -136,7 +136,7 @@ func FuzzIngestHandler(f *testing.F) {
 		s.ServeHTTP(rec, req)
 		checkAnswer(t, rec)
 		rec = httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/jobs/j/model?weights=true&limit=0", nil))
+		s.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/jobs/j/model?weights=true&limit=10000", nil))
 		if rec.Code != 200 || !json.Valid(rec.Body.Bytes()) {
 			t.Fatalf("model after the post: %d %q", rec.Code, rec.Body.Bytes())
 		}

@@ -87,7 +87,7 @@ func (ts *testServer) healthy(stream string) {
 		if j.Model == nil {
 			continue
 		}
-		code, _, m := ts.do("GET", "/v1/jobs/"+j.Name+"/model?weights=true&limit=0", "", nil)
+		code, _, m := ts.do("GET", "/v1/jobs/"+j.Name+"/model?weights=true&limit=10000", "", nil)
 		if code != 200 || m == nil {
 			ts.t.Fatalf("model of %s: %d %v", j.Name, code, m)
 		}

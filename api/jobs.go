@@ -52,7 +52,7 @@ func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
 		s.decodeError(w, err)
 		return
 	}
-	defer bodyBufs.Put(buf)
+	defer releaseBody(buf)
 	spec, err := runtime.DecodeSpec(buf.Bytes())
 	if err != nil {
 		specError(w, err)

@@ -148,8 +148,8 @@ func (s *Server) registerMetrics() {
 	}
 }
 
-// refuse counts a request refused for reason.
-func (s *Server) refuse(reason string) { s.refused.WithLabelValues(reason).Inc() }
+// countRefusal counts a request refused at the edge for reason.
+func (s *Server) countRefusal(reason string) { s.refused.WithLabelValues(reason).Inc() }
 
 // NotFound answers the JSON 404 of an unknown path; the dashboard uses it
 // for paths it does not serve.

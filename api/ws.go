@@ -141,7 +141,7 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 func (s *Server) takeWSSlot(w http.ResponseWriter, r *http.Request) bool {
 	if n := s.wsClients.Add(1); n > int64(s.cfg.MaxWSClients) {
 		s.wsClients.Add(-1)
-		s.refuse("ws_full")
+		s.countRefusal("ws_full")
 		s.log.Warn("WebSocket refused: too many clients", "max", s.cfg.MaxWSClients, "remote", r.RemoteAddr)
 		w.Header().Set("Retry-After", "5")
 		writeError(w, http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf("too many WebSocket clients (the limit is %d); try again later", s.cfg.MaxWSClients)})
@@ -175,7 +175,7 @@ func (sw *slowWatch) behind(dropped uint64, now time.Time) bool {
 // closeSlow closes a client that stayed behind, with a close frame saying
 // why (1008, policy violation), and logs it.
 func (s *Server) closeSlow(conn *websocket.Conn, r *http.Request, dropped uint64) {
-	s.refuse("ws_slow")
+	s.countRefusal("ws_slow")
 	reason := fmt.Sprintf("too slow: lost messages for %v (%d dropped); reconnect", s.cfg.WSSlowTimeout, dropped)
 	s.log.Warn("WebSocket client closed: too slow", "remote", r.RemoteAddr, "dropped", dropped, "for", s.cfg.WSSlowTimeout)
 	_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.ClosePolicyViolation, reason), time.Now().Add(wsWriteWait))

@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -124,12 +126,6 @@ func TestSyncAndShedSpecErrors(t *testing.T) {
 // merge per event costs more than the high bound, so the group grows.
 func TestGroupSizeGrowsForTinyBatches(t *testing.T) {
 	e := testEngine(t, Config{QueueSize: 1 << 20})
-	params := map[string]any{"hash_bits": 16}
-	auto := mustPut(t, e, Spec{Name: "m", Kind: "logreg", Input: "s", Partitions: 1, Params: params})
-	// The same backlog with a merge per batch, in the same run: coordination
-	// time is wall time, so on a loaded machine both shares rise together
-	// and only their ratio says whether the controller helped.
-	fixed := mustPut(t, e, Spec{Name: "one", Kind: "logreg", Input: "s1", Partitions: 1, Params: params, Sync: SyncSpec{Every: 1}})
 	lines := events(20_000, 0)
 	feedOneByOne := func(j *Job, stream string) *GroupStatus {
 		j.Pause()
@@ -142,16 +138,29 @@ func TestGroupSizeGrowsForTinyBatches(t *testing.T) {
 		waitIdle(t, j)
 		return j.Status(false).Group
 	}
-	g1 := feedOneByOne(fixed, "s1")
-	g := feedOneByOne(auto, "s")
-	t.Logf("after %d one-event batches: group size %.0f, %d groups, last overhead %.3f, total %.3f (a merge per batch: %.3f)",
-		len(lines), g.Size, g.Groups, g.Overhead, g.TotalOverhead, g1.TotalOverhead)
-	if g.Mode != "auto" || g.Size < 4 || g.Groups < 5 || g.Groups > uint64(len(lines)/4) {
-		t.Fatalf("group %+v: did not grow for one-event batches", g)
+	// Coordination time is wall time, and each backlog drains in a fifth
+	// of a second: another process taking the core for a moment can double
+	// either share. So the same backlog also goes to a job with a merge per
+	// batch in the same run, and the pair is tried up to three times; a
+	// controller that does not help fails every time.
+	var tries []string
+	for try := range 3 {
+		params := map[string]any{"hash_bits": 16}
+		auto := mustPut(t, e, Spec{Name: fmt.Sprintf("m%d", try), Kind: "logreg", Input: fmt.Sprintf("s%d", try), Partitions: 1, Params: params})
+		fixed := mustPut(t, e, Spec{Name: fmt.Sprintf("one%d", try), Kind: "logreg", Input: fmt.Sprintf("f%d", try), Partitions: 1, Params: params, Sync: SyncSpec{Every: 1}})
+		g1 := feedOneByOne(fixed, fmt.Sprintf("f%d", try))
+		g := feedOneByOne(auto, fmt.Sprintf("s%d", try))
+		t.Logf("after %d one-event batches: group size %.0f, %d groups, last overhead %.3f, total %.3f (a merge per batch: %.3f)",
+			len(lines), g.Size, g.Groups, g.Overhead, g.TotalOverhead, g1.TotalOverhead)
+		if g.Mode != "auto" || g.Size < 4 || g.Groups < 5 || g.Groups > uint64(len(lines)/4) {
+			t.Fatalf("group %+v: did not grow for one-event batches", g)
+		}
+		// On a quiet machine coordination takes 6-7% of the time with the
+		// controller and over 25% with a merge per batch.
+		if g.TotalOverhead <= g1.TotalOverhead/2 || g.TotalOverhead <= g.High {
+			return
+		}
+		tries = append(tries, fmt.Sprintf("%.1f%% (%.1f%% with a merge per batch)", 100*g.TotalOverhead, 100*g1.TotalOverhead))
 	}
-	// On a quiet machine coordination takes 6-7% of the time with the
-	// controller and over 25% with a merge per batch.
-	if g.TotalOverhead > g1.TotalOverhead/2 && g.TotalOverhead > g.High {
-		t.Fatalf("coordination took %.1f%% of the time, %.1f%% with a merge per batch", 100*g.TotalOverhead, 100*g1.TotalOverhead)
-	}
+	t.Fatalf("coordination took %s of the time", strings.Join(tries, ", "))
 }

@@ -130,7 +130,7 @@ func TestSlowClientsMemory(t *testing.T) {
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 	}
 	const clients = 300
-	p := startPlain(t)
+	p := startPlain(t, "--body-timeout", "8s")
 	url := p.url()
 	addr := strings.TrimPrefix(url, "http://")
 	pid := p.cmd.Process.Pid
@@ -142,7 +142,7 @@ func TestSlowClientsMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		fmt.Fprintf(c, "POST /v1/streams/mail/events HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{", 16<<20)
+		fmt.Fprintf(c, "POST /v1/streams/mail/events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n{", 16<<20)
 		conns = append(conns, c)
 	}
 	// Trickle a byte a second on every connection, until it is closed.
@@ -178,7 +178,7 @@ func TestSlowClientsMemory(t *testing.T) {
 	if mib(hwm) >= 300 {
 		t.Errorf("peak RSS %d MiB with %d slow clients", mib(hwm), clients)
 	}
-	// The body deadline (30s by default) cuts every one of them off.
+	// The body deadline (--body-timeout 8s) cuts every one of them off.
 	var cut sync.WaitGroup
 	var mu sync.Mutex
 	statuses := map[int]int{}

@@ -46,6 +46,9 @@ type serverOptions struct {
 	wsBacklog           int
 	wsSlowTimeout       time.Duration
 	maxMemory           string
+	bodyTimeout         time.Duration
+	maxValue            float64
+	minTS, maxTS        int64
 	maxJobs             int
 	authPoll            time.Duration     // how often the auth file is checked for changes (default 1s)
 	ready               func(l listening) // called once listening
@@ -75,6 +78,11 @@ func (o *serverOptions) register(fs *flag.FlagSet, defConfig bool) {
 	fs.IntVar(&o.maxWSClients, "max-ws-clients", 256, "concurrent WebSocket connections (503 above)")
 	fs.IntVar(&o.wsBacklog, "ws-backlog", 4096, "messages a WebSocket client may fall behind before its messages are dropped")
 	fs.DurationVar(&o.wsSlowTimeout, "ws-slow-timeout", 10*time.Second, "a WebSocket client losing messages for this long is closed")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "longest a request body may take to arrive (408 and the connection closed past it)")
+	def := runtime.DefaultLimits()
+	fs.Float64Var(&o.maxValue, "max-value", def.MaxValue, "largest magnitude of a feature value or join value (400 above)")
+	fs.Int64Var(&o.minTS, "min-ts", def.MinTS, "earliest event time, epoch milliseconds (400 before)")
+	fs.Int64Var(&o.maxTS, "max-ts", def.MaxTS, "latest event time, epoch milliseconds (400 after)")
 	fs.StringVar(&o.maxMemory, "max-memory", "auto", "memory budget of all jobs' estimated state and queues (e.g. 8GiB; auto = half the machine's or cgroup's memory; none = no budget): PUT answers 507 past it")
 	fs.IntVar(&o.maxJobs, "max-jobs", 64, "most jobs at once (negative: no limit): PUT answers 507 past it")
 }
@@ -238,6 +246,9 @@ func serve(ctx context.Context, o serverOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := setInputLimits(o); err != nil {
+		return err
+	}
 	var specs []runtime.Spec
 	if o.config != "" {
 		data, err := os.ReadFile(o.config)
@@ -394,4 +405,18 @@ func startEngine(o serverOptions, specs []runtime.Spec, store ft.Store, reg *pro
 		return nil, err
 	}
 	return engine, nil
+}
+
+// setInputLimits applies the flags that bound request bodies and the
+// numbers in events; they hold for the whole process.
+func setInputLimits(o serverOptions) error {
+	api.SetBodyLimits(api.BodyLimits{Timeout: o.bodyTimeout})
+	lim := runtime.DefaultLimits()
+	if o.maxValue != 0 || o.minTS != 0 || o.maxTS != 0 {
+		lim = runtime.Limits{MaxValue: o.maxValue, MinTS: o.minTS, MaxTS: o.maxTS}
+	}
+	if err := runtime.SetLimits(lim); err != nil {
+		return fmt.Errorf("--max-value, --min-ts, --max-ts: %w", err)
+	}
+	return nil
 }
