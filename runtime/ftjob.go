@@ -2,15 +2,13 @@ package runtime
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
-	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +53,7 @@ type jobFT struct {
 	spec   FTSpec
 	bounds ft.Bounds
 	store  ft.Store
+	root   string // the data directory
 	dir    string // <data>/<job>
 	log    *slog.Logger
 	hub    *Hub
@@ -109,14 +108,13 @@ type stateUnit struct {
 type partFT struct {
 	mode   string
 	log    *ft.ItemLog
-	mark   *os.File
+	mark   *ft.SeqMark
 	l      atomic.Int64 // current threshold l
 	logged atomic.Int64 // events written to the item log, ever
 
 	// Guarded by the partition queue's mutex.
 	unlogged int
 	buf      []byte
-	markBuf  [8]byte
 }
 
 type backupReq struct {
@@ -129,7 +127,7 @@ type backupReq struct {
 func newJobFT(spec Spec, store ft.Store, dataDir string, k ftKind, hub *Hub, log *slog.Logger) (*jobFT, error) {
 	f := &jobFT{
 		name: spec.Name, spec: spec.FT, bounds: spec.FT.bounds(), store: store, hub: hub, log: log,
-		dir:     filepath.Join(dataDir, spec.Name),
+		root: dataDir, dir: filepath.Join(dataDir, spec.Name),
 		backups: make(chan backupReq, 4), backupDone: make(chan struct{}),
 	}
 	ops := k.units()
@@ -148,11 +146,7 @@ func newJobFT(spec Spec, store ft.Store, dataDir string, k ftKind, hub *Hub, log
 			return nil, fmt.Errorf("item log of partition %d: %w", i, err)
 		}
 		// The high-water mark sits next to the partition's item log.
-		partDir := filepath.Join(f.dir, strconv.Itoa(i))
-		if err = os.MkdirAll(partDir, 0o755); err == nil {
-			pf.mark, err = os.OpenFile(filepath.Join(partDir, "seq"), os.O_RDWR|os.O_CREATE, 0o644)
-		}
-		if err != nil {
+		if pf.mark, err = ft.OpenSeqMark(dataDir, ft.Key{Job: spec.Name, Partition: i}); err != nil {
 			f.parts = append(f.parts, pf)
 			f.closeFiles()
 			return nil, fmt.Errorf("sequence mark of partition %d: %w", i, err)
@@ -234,9 +228,7 @@ func (p *partFT) pushed(q *queue, b *batch) error {
 			}
 		}
 	}
-	binary.LittleEndian.PutUint64(p.markBuf[:], b.recs[len(b.recs)-1].Seq)
-	_, err := p.mark.WriteAt(p.markBuf[:], 0)
-	return err
+	return p.mark.Write(b.recs[len(b.recs)-1].Seq)
 }
 
 func (p *partFT) logRecords(recs []Record) error {
@@ -248,15 +240,6 @@ func (p *partFT) logRecords(recs []Record) error {
 	}
 	p.logged.Add(int64(len(recs)))
 	return nil
-}
-
-// readMark returns the last sequence number handed out before a restart.
-func (p *partFT) readMark() uint64 {
-	var b [8]byte
-	if n, _ := p.mark.ReadAt(b[:], 0); n != 8 {
-		return 0
-	}
-	return binary.LittleEndian.Uint64(b[:])
 }
 
 // replayBudget caps the events a recovery may have to replay from item
@@ -405,10 +388,6 @@ func (f *jobFT) write(req backupReq) {
 	}
 }
 
-// cleanMarker is the file a graceful shutdown leaves, so that the next
-// start knows nothing was lost and counts no failure.
-func (f *jobFT) cleanMarker() string { return filepath.Join(f.dir, "clean") }
-
 // close takes a last full backup of the drained state, waits for the
 // writer, and marks the shutdown clean.
 func (f *jobFT) close() {
@@ -424,9 +403,7 @@ func (f *jobFT) close() {
 		_ = p.log.Commit()
 	}
 	if f.errors.Load() == 0 {
-		if err := os.WriteFile(f.cleanMarker(), nil, 0o644); err != nil {
-			f.log.Warn("fault tolerance: clean marker", "job", f.name, "err", err)
-		}
+		f.markClean()
 	}
 	f.closeFiles()
 }
@@ -594,17 +571,11 @@ func (f *jobFT) status(j *Job) *FTStatus {
 // keepRecoveries is how many recovery reports a job keeps.
 const keepRecoveries = 20
 
-// recordRecovery appends rep to the job's recovery history on disk. The
-// history is for people; failing to write it only logs.
+// recordRecovery appends rep to the job's recovery history on disk
+// (ft.RecoveryHistory). The history is for people: a damaged one is
+// started afresh, and failing to write it only logs; both are in rep.
 func (f *jobFT) recordRecovery(rep *RecoveryReport) {
-	file := filepath.Join(f.dir, "recoveries.json")
-	var hist []RecoveryReport
-	if data, err := os.ReadFile(file); err == nil {
-		if err := json.Unmarshal(data, &hist); err != nil {
-			f.log.Warn("fault tolerance: unreadable recovery history, starting a new one", "job", f.name, "err", err)
-			hist = nil
-		}
-	}
+	hist := f.readHistory(rep)
 	hist = append(hist, *rep)
 	if len(hist) > keepRecoveries {
 		hist = hist[len(hist)-keepRecoveries:]
@@ -612,14 +583,66 @@ func (f *jobFT) recordRecovery(rep *RecoveryReport) {
 	f.history = hist
 	data, err := json.Marshal(hist)
 	if err == nil {
-		tmp := file + ".tmp"
-		if err = os.WriteFile(tmp, data, 0o644); err == nil {
-			err = os.Rename(tmp, file)
-		}
+		err = ft.WriteJobFile(f.root, f.name, ft.RecoveryHistory, data, false)
 	}
 	if err != nil {
 		f.log.Warn("fault tolerance: writing the recovery history", "job", f.name, "err", err)
 	}
+}
+
+// readHistory reads the recovery history: checksummed, or of the earlier
+// version (plain JSON, read once). A damaged history is reported in rep
+// and replaced by a new one.
+func (f *jobFT) readHistory(rep *RecoveryReport) []RecoveryReport {
+	data, legacy, err := ft.ReadJobFile(f.root, f.name, ft.RecoveryHistory)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	var hist []RecoveryReport
+	if err == nil {
+		if err = json.Unmarshal(data, &hist); err != nil && legacy {
+			err = fmt.Errorf("%d bytes without a checksum: %w", len(data), err)
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("recovery history: %w", err)
+		rep.Skipped = append(rep.Skipped, err.Error())
+		f.log.Warn("fault tolerance: damaged recovery history, starting a new one", "job", f.name, "err", err)
+		return nil
+	}
+	return hist
+}
+
+// markClean leaves the clean-shutdown marker (ft.CleanMarker), durably: the
+// next start knows nothing was lost and counts no failure.
+func (f *jobFT) markClean() {
+	data, _ := json.Marshal(map[string]any{"at": time.Now().UTC()})
+	if err := ft.WriteJobFile(f.root, f.name, ft.CleanMarker, data, true); err != nil {
+		f.log.Warn("fault tolerance: clean marker", "job", f.name, "err", err)
+	}
+}
+
+// takeClean reports whether the last shutdown left the clean marker, and
+// removes it: the next start must find it written anew. A damaged marker
+// counts as a crash (nothing it says can be believed) and is reported in
+// rep; the earlier version's marker, an empty file, counts as clean.
+func (f *jobFT) takeClean(rep *RecoveryReport) bool {
+	data, legacy, err := ft.ReadJobFile(f.root, f.name, ft.CleanMarker)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	clean := err == nil && (!legacy || len(data) == 0)
+	if !clean {
+		if err == nil {
+			err = fmt.Errorf("clean marker of %d bytes without a checksum", len(data))
+		}
+		rep.Skipped = append(rep.Skipped, err.Error())
+		f.log.Warn("fault tolerance: damaged clean-shutdown marker: counted as a crash", "job", f.name, "err", err)
+	}
+	if err := ft.RemoveJobFile(f.root, f.name, ft.CleanMarker); err != nil {
+		f.log.Warn("fault tolerance: removing the clean marker", "job", f.name, "err", err)
+	}
+	return clean
 }
 
 // Recovery is the report of the job's last recovery from backups, or nil.

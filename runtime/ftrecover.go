@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
+	"math"
 	"time"
 
 	"github.com/mlstream/mlstream/ft"
@@ -37,16 +37,11 @@ func (j *Job) recover() (*RecoveryReport, error) {
 		}
 		rep.Backups += n
 	}
-	_, statErr := os.Stat(f.cleanMarker())
-	clean := statErr == nil
-	if clean {
-		_ = os.Remove(f.cleanMarker())
-	}
-	marks := make([]uint64, len(j.parts))
-	hadData := restored
-	for i, p := range f.parts {
-		marks[i] = p.readMark()
-		hadData = hadData || marks[i] > 0
+	clean := f.takeClean(rep)
+	marks, damagedMarks := f.readMarks(rep)
+	hadData := restored || damagedMarks
+	for _, m := range marks {
+		hadData = hadData || m > 0
 	}
 	if hadData && !clean {
 		failures++
@@ -74,11 +69,11 @@ func (j *Job) recover() (*RecoveryReport, error) {
 			lost = append(lost, [2]uint64{last + 1, marks[i]})
 		}
 		rep.Replayed += n
-		for _, r := range lost {
-			rep.Lost += int64(r[1] - r[0] + 1)
-		}
+		rep.Lost = addLost(rep.Lost, lost)
 		rep.LostRanges[i] = lost
-		covered[i] = max(marks[i], last)
+		// Never below what the item log holds: its appends must go on
+		// above its last record, or every request would fail.
+		covered[i] = max(marks[i], last, f.parts[i].log.LastSeq())
 		part.q.mu.nextSeq = covered[i] + 1
 	}
 	// What is lost is gone for good: the state now stands for every
@@ -102,6 +97,39 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	}
 	rep.DurationMs = float64(time.Since(start).Microseconds()) / 1e3
 	return rep, nil
+}
+
+// readMarks reads the partitions' sequence marks. A damaged one reads as
+// 0: the events accepted after the last one the state and the item log
+// hold cannot be counted then, which the report says.
+func (f *jobFT) readMarks(rep *RecoveryReport) (marks []uint64, damaged bool) {
+	marks = make([]uint64, len(f.parts))
+	for i, p := range f.parts {
+		m, err := p.mark.Read()
+		if err != nil {
+			damaged = true
+			rep.Skipped = append(rep.Skipped, err.Error()+" (events accepted after the last one in the backups and the item log are not counted as lost)")
+			f.log.Warn("fault tolerance: damaged sequence mark", "job", f.name, "partition", i, "err", err)
+		}
+		marks[i] = m
+	}
+	return marks, damaged
+}
+
+// addLost adds the sizes of inclusive ranges to lost, saturating at the
+// largest int64 rather than wrapping to a negative count.
+func addLost(lost int64, ranges [][2]uint64) int64 {
+	for _, r := range ranges {
+		if r[1] < r[0] {
+			continue
+		}
+		n := r[1] - r[0] + 1
+		if n == 0 || n > uint64(math.MaxInt64-lost) {
+			return math.MaxInt64
+		}
+		lost += int64(n)
+	}
+	return lost
 }
 
 // compensator is implemented by units whose reported bounds widen after a
