@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -369,5 +370,103 @@ func TestMetadataOfTheEarlierVersionIsRead(t *testing.T) {
 	}
 	if h := j2.Status(false).FT.Recoveries; len(h) != 2 {
 		t.Fatalf("history of %d recoveries, want 2", len(h))
+	}
+}
+
+// partsOf counts the events of events(n, 0) per partition of j.
+func partsOf(j *Job, n int) []int {
+	out := make([]int, len(j.parts))
+	for i := range n {
+		out[j.partitionFor(fmt.Sprintf("k%d", i))]++
+	}
+	return out
+}
+
+// Mode exact, a request over two partitions, and a crash between its two
+// parts: the first part is durable in its item log, the second never got
+// there, and the request got no 202. Recovery replays none of it (counted
+// as unacknowledged, not lost), and replays a whole request before it.
+func TestExactRequestCutBetweenPartsIsNotReplayed(t *testing.T) {
+	dir := t.TempDir()
+	spec := ftJobSpec(ft.ModeExact, 1000)
+	spec.Partitions = 2
+	e := ftEngine(t, dir)
+	j := mustPut(t, e, spec)
+	waitFullBackup(t, j)
+	j.Pause() // nothing reaches the state: the logs are all there is
+	whole := events(20, 0)
+	if counts := partsOf(j, len(whole)); counts[0] == 0 || counts[1] == 0 {
+		t.Fatalf("the test needs both partitions: %v", counts)
+	}
+	if _, err := ingest(e, "s", whole...); err != nil {
+		t.Fatal(err)
+	}
+	// The "crash": partition 1's part is never appended. Partition 0's is,
+	// and is made durable, as another request's group commit would.
+	crash := errors.New("injected crash")
+	j.ft.parts[1].log.SetAppendHook(func(uint64, uint64) error { return crash })
+	cut := events(20, 0)
+	if _, err := ingest(e, "s", cut...); !errors.Is(err, ErrDurability) {
+		t.Fatalf("the cut request: %v", err)
+	}
+	if err := j.ft.parts[0].log.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	p0 := int64(partsOf(j, len(cut))[0])
+
+	e2 := ftEngine(t, dir)
+	defer e2.Close(context.Background())
+	j2 := mustPut(t, e2, spec)
+	rep := j2.Recovery()
+	if rep == nil || rep.Lost != 0 || rep.Replayed != 20 || rep.Unacknowledged != p0 {
+		t.Fatalf("recovery %+v, want 20 replayed, %d unacknowledged", rep, p0)
+	}
+	waitCount(t, j2, 20)
+	// Sequence numbers go on after the dropped part, and new requests are
+	// taken and survive the next crash whole.
+	if _, err := ingest(e2, "s", events(20, 0)...); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, j2, 40)
+	waitFullBackup(t, j2)
+	j2.Pause()
+	e3 := ftEngine(t, dir)
+	defer e3.Close(context.Background())
+	j3 := mustPut(t, e3, spec)
+	if rep := j3.Recovery(); rep == nil || rep.Lost != 0 || rep.Unacknowledged != 0 {
+		t.Fatalf("second recovery %+v", rep)
+	}
+	waitCount(t, j3, 40)
+}
+
+// Truncation after a backup never drops a part of a request while another
+// part of it is not yet in a backup: recovery tells a cut request from a
+// truncated one by that.
+func TestTruncationHoldsBackForOpenRequests(t *testing.T) {
+	rs := &requests{durable: make([]uint64, 2)}
+	r := &ftRequest{reqs: rs, parts: []int{0, 1}, first: make([]uint64, 2), last: make([]uint64, 2)}
+	rs.open = []*ftRequest{r}
+	r.logged(0, 5, 7)
+	// Partition 1's part is not logged yet: partition 0 keeps 5..7.
+	if got := rs.backedUp([]int{0}, []uint64{10}); got[0] != 4 {
+		t.Fatalf("truncate partition 0 to %d, want 4", got[0])
+	}
+	r.logged(1, 3, 4)
+	if got := rs.backedUp([]int{0}, []uint64{10}); got[0] != 4 {
+		t.Fatalf("partition 1's part not in a backup: truncate to %d, want 4", got[0])
+	}
+	if got := rs.backedUp([]int{1}, []uint64{4}); got[0] != 4 || len(rs.open) != 0 {
+		t.Fatalf("both parts backed up: truncate to %d, open %d", got[0], len(rs.open))
+	}
+	if got := rs.backedUp([]int{0}, []uint64{12}); got[0] != 12 {
+		t.Fatalf("after the request: truncate to %d", got[0])
+	}
+	// An abandoned request holds nothing back.
+	r2 := &ftRequest{reqs: rs, parts: []int{0, 1}, first: make([]uint64, 2), last: make([]uint64, 2)}
+	rs.open = []*ftRequest{r2}
+	r2.logged(0, 13, 14)
+	r2.abandon()
+	if got := rs.backedUp([]int{0}, []uint64{20}); got[0] != 20 {
+		t.Fatalf("abandoned request: truncate to %d", got[0])
 	}
 }

@@ -73,6 +73,8 @@ type jobFT struct {
 	// history is the last recoveries of the job, newest last, kept in
 	// <dir>/recoveries.json across restarts; written once per start.
 	history []RecoveryReport
+
+	reqs requests
 }
 
 // stateUnit is one unit of state and its backups.
@@ -106,7 +108,9 @@ type stateUnit struct {
 // partFT is a partition's share: its item log and the high-water mark of
 // the sequence numbers it has handed out.
 type partFT struct {
+	index  int
 	mode   string
+	reqs   *requests
 	log    *ft.ItemLog
 	mark   *ft.SeqMark
 	l      atomic.Int64 // current threshold l
@@ -115,6 +119,7 @@ type partFT struct {
 	// Guarded by the partition queue's mutex.
 	unlogged int
 	buf      []byte
+	frame    ft.Frame
 }
 
 type backupReq struct {
@@ -130,6 +135,7 @@ func newJobFT(spec Spec, store ft.Store, dataDir string, k ftKind, hub *Hub, log
 		root: dataDir, dir: filepath.Join(dataDir, spec.Name),
 		backups: make(chan backupReq, 4), backupDone: make(chan struct{}),
 	}
+	f.reqs.durable = make([]uint64, spec.Partitions)
 	ops := k.units()
 	for _, op := range ops {
 		u := &stateUnit{f: f, op: op, parts: op.partitions(), key: ft.Key{Job: spec.Name, Partition: ft.GlobalPartition}}
@@ -139,7 +145,7 @@ func newJobFT(spec Spec, store ft.Store, dataDir string, k ftKind, hub *Hub, log
 		f.units = append(f.units, u)
 	}
 	for i := range spec.Partitions {
-		pf := &partFT{mode: spec.FT.Mode}
+		pf := &partFT{index: i, mode: spec.FT.Mode, reqs: &f.reqs}
 		var err error
 		if pf.log, err = ft.OpenItemLog(dataDir, ft.Key{Job: spec.Name, Partition: i}); err != nil {
 			f.closeFiles()
@@ -198,16 +204,18 @@ func (f *jobFT) gamma() int {
 
 // pushed is called by a partition queue, under its lock, when a batch got
 // its sequence numbers: in exact mode every record goes to the item log
-// (the caller commits before replying); in approx mode, once more than l
-// events are pending (queued or being processed) without an item backup,
-// all of them are logged. The high-water mark of handed-out sequence
-// numbers is written either way.
-func (p *partFT) pushed(q *queue, b *batch) error {
+// (the caller commits before replying), as one frame, tagged with its
+// request req when that spans several partitions; in approx mode, once
+// more than l events are pending (queued or being processed) without an
+// item backup, all of them are logged, a frame per batch. The high-water
+// mark of handed-out sequence numbers is written either way.
+func (p *partFT) pushed(q *queue, b *batch, req *ftRequest) error {
 	switch p.mode {
 	case ft.ModeExact:
-		if err := p.logRecords(b.recs); err != nil {
+		if err := p.logFrame(b.recs, req.tagFor()); err != nil {
 			return err
 		}
+		req.logged(p.index, b.recs[0].Seq, b.recs[len(b.recs)-1].Seq)
 		b.logged = true
 	case ft.ModeApprox:
 		p.unlogged += len(b.recs)
@@ -215,7 +223,7 @@ func (p *partFT) pushed(q *queue, b *batch) error {
 			for _, list := range [][]*batch{q.mu.inflight, q.mu.batches, {b}} {
 				for _, qb := range list {
 					if !qb.logged {
-						if err := p.logRecords(qb.recs); err != nil {
+						if err := p.logFrame(qb.recs, nil); err != nil {
 							return err
 						}
 						qb.logged = true
@@ -231,12 +239,16 @@ func (p *partFT) pushed(q *queue, b *batch) error {
 	return p.mark.Write(b.recs[len(b.recs)-1].Seq)
 }
 
-func (p *partFT) logRecords(recs []Record) error {
+// logFrame appends recs (consecutive sequence numbers) to the item log as
+// one frame: after a crash they are replayed all or none.
+func (p *partFT) logFrame(recs []Record, tag []byte) error {
+	p.frame.Reset(recs[0].Seq, tag)
 	for i := range recs {
 		p.buf = appendRecord(p.buf[:0], &recs[i])
-		if err := p.log.Append(recs[i].Seq, p.buf); err != nil {
-			return err
-		}
+		p.frame.Add(p.buf)
+	}
+	if err := p.log.AppendFrame(&p.frame); err != nil {
+		return err
 	}
 	p.logged.Add(int64(len(recs)))
 	return nil
@@ -370,8 +382,9 @@ func (f *jobFT) write(req backupReq) {
 	}
 	u.stats.bytes.Add(int64(len(req.data)))
 	u.stats.last.Store(meta.Created.UnixMilli())
+	upTo := f.reqs.backedUp(u.parts, meta.LastSeqs)
 	for i, p := range u.parts {
-		if err := f.parts[p].log.TruncateBefore(meta.LastSeqs[i]); err != nil {
+		if err := f.parts[p].log.TruncateBefore(upTo[i]); err != nil {
 			f.log.Warn("fault tolerance: item log truncation", "job", f.name, "partition", p, "err", err)
 		}
 	}
@@ -424,6 +437,11 @@ type RecoveryReport struct {
 	// them per partition as inclusive sequence-number ranges.
 	Lost       int64         `json:"lost"`
 	LostRanges [][][2]uint64 `json:"lost_ranges"`
+	// Unacknowledged counts, in mode exact, the events of requests that a
+	// crash cut short before their 202: not in the item log, or in it only
+	// in part (then dropped whole, so that a request is replayed all or
+	// none). They were never accepted, so they are not lost.
+	Unacknowledged int64 `json:"unacknowledged"`
 	// Bound is the bound that held (the job's promise over any number of
 	// crashes); Within says whether the measured loss stayed inside it.
 	Bound      ft.Bound      `json:"bound"`

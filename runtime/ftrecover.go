@@ -58,23 +58,9 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	rep.Failures = failures
 
 	f.recovered(base)
-	rep.LostRanges = make([][][2]uint64, len(j.parts))
-	covered := make([]uint64, len(j.parts))
-	for i, part := range j.parts {
-		n, last, lost, err := j.replay(i, base[i])
-		if err != nil {
-			return nil, fmt.Errorf("replaying partition %d: %w", i, err)
-		}
-		if marks[i] > last {
-			lost = append(lost, [2]uint64{last + 1, marks[i]})
-		}
-		rep.Replayed += n
-		rep.Lost = addLost(rep.Lost, lost)
-		rep.LostRanges[i] = lost
-		// Never below what the item log holds: its appends must go on
-		// above its last record, or every request would fail.
-		covered[i] = max(marks[i], last, f.parts[i].log.LastSeq())
-		part.q.mu.nextSeq = covered[i] + 1
+	covered, err := j.replayLogs(rep, base, marks)
+	if err != nil {
+		return nil, err
 	}
 	// What is lost is gone for good: the state now stands for every
 	// sequence number handed out, so the next recovery does not count the
@@ -97,6 +83,47 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	}
 	rep.DurationMs = float64(time.Since(start).Microseconds()) / 1e3
 	return rep, nil
+}
+
+// replayLogs replays every partition's item log onto the restored state
+// (base: per partition, the last event it holds), measures what is lost
+// against the sequence marks, and returns, per partition, the last
+// sequence number accounted for: new events are numbered after it.
+func (j *Job) replayLogs(rep *RecoveryReport, base, marks []uint64) (covered []uint64, err error) {
+	f := j.ft
+	reqs, err := f.findRequests()
+	if err != nil {
+		return nil, err
+	}
+	rep.LostRanges = make([][][2]uint64, len(j.parts))
+	covered = make([]uint64, len(j.parts))
+	for i, part := range j.parts {
+		r, err := j.replay(i, base[i], reqs)
+		if err != nil {
+			return nil, fmt.Errorf("replaying partition %d: %w", i, err)
+		}
+		lost := r.gaps
+		if marks[i] > r.last {
+			// Handed out, in neither the state nor the item log. In mode
+			// exact such events never had their 202 (it comes after the
+			// fsync), unless the log is damaged beyond a torn tail.
+			if f.spec.Mode == ft.ModeExact && !r.damaged {
+				rep.Unacknowledged += int64(marks[i] - r.last)
+			} else {
+				lost = append(lost, [2]uint64{r.last + 1, marks[i]})
+			}
+		}
+		rep.Replayed += r.n
+		rep.Unacknowledged += r.unacked
+		rep.Lost = addLost(rep.Lost, lost)
+		rep.LostRanges[i] = lost
+		// Never below what the item log holds: its appends must go on
+		// above its last record, or every request would fail.
+		covered[i] = max(marks[i], r.last, f.parts[i].log.LastSeq())
+		part.q.mu.nextSeq = covered[i] + 1
+	}
+	f.reqs.recovered(base, reqs)
+	return covered, nil
 }
 
 // readMarks reads the partitions' sequence marks. A damaged one reads as
@@ -202,13 +229,23 @@ func (u *stateUnit) restore(rep *RecoveryReport) (ft.BackupMeta, int, error) {
 	return meta, n, nil
 }
 
+// replayed is what replaying one partition's item log found.
+type replayed struct {
+	n       int    // events replayed
+	last    uint64 // the last sequence number the partition has now seen
+	gaps    [][2]uint64
+	unacked int64 // events of requests logged only in part: dropped
+	damaged bool  // damage beyond a torn tail: the log may have lost acknowledged events
+}
+
 // replay feeds partition i the item-logged events after seq `after`, in
-// order, through its operator, and returns how many, the last sequence
+// order, through its operator, and reports how many, the last sequence
 // number the partition has now seen, and the gaps (inclusive ranges) in
-// between: events that were never logged.
-func (j *Job) replay(i int, after uint64) (n int, last uint64, gaps [][2]uint64, err error) {
+// between: events that were never logged, or unreadable. The parts of
+// requests that reqs says are not whole are skipped, gaps neither.
+func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err error) {
 	part := j.parts[i]
-	last = after
+	r.last = after
 	var recs []Record
 	var a arena
 	flush := func() {
@@ -219,28 +256,100 @@ func (j *Job) replay(i int, after uint64) (n int, last uint64, gaps [][2]uint64,
 			a = arena{}
 		}
 	}
-	n, err = j.ft.parts[i].log.Replay(after, func(seq uint64, payload []byte) error {
-		var r Record
-		if err := decodeRecord(payload, &r, &a); err != nil {
+	event := func(seq uint64, payload []byte) error {
+		var rec Record
+		if err := decodeRecord(payload, &rec, &a); err != nil {
 			return nil // intact frame, unreadable record: counted as lost below
 		}
-		r.Seq = seq
-		if seq > last+1 {
-			gaps = append(gaps, [2]uint64{last + 1, seq - 1})
+		rec.Seq = seq
+		if seq > r.last+1 {
+			r.gaps = append(r.gaps, [2]uint64{r.last + 1, seq - 1})
 		}
-		last = seq
-		recs = append(recs, r)
+		r.last = seq
+		recs = append(recs, rec)
+		r.n++
 		if len(recs) == 1024 {
 			flush()
 		}
 		return nil
+	}
+	_, err = j.ft.parts[i].log.ReplayFrames(after, func(fr *ft.StoredFrame) error {
+		if len(fr.Tag) > 0 && !reqs.whole(fr.Tag, len(j.parts)) {
+			// Not acknowledged, and not whole: none of it.
+			first := max(fr.First, fr.After+1)
+			if first > r.last+1 {
+				r.gaps = append(r.gaps, [2]uint64{r.last + 1, first - 1})
+			}
+			r.unacked += int64(fr.Last - first + 1)
+			r.last = fr.Last
+			return nil
+		}
+		return fr.Each(event)
 	})
 	var damage *ft.ReplayDamage
 	if errors.As(err, &damage) {
 		j.ft.log.Warn("fault tolerance: damaged item log", "job", j.spec.Name, "partition", i, "err", err)
+		r.damaged = !damage.TornTail
 		err = nil
 	}
 	flush()
 	part.op.idle(true)
-	return n, last, gaps, err
+	return r, err
+}
+
+// foundRequests are the multi-partition requests (mode exact) whose parts
+// the item logs hold: id -> the parts found, per partition.
+type foundRequests map[uint64]*foundRequest
+
+type foundRequest struct {
+	parts []int             // the partitions the request spans, from its tag
+	found map[int][2]uint64 // the parts in the logs: first and last seq
+}
+
+// findRequests reads the tags of every frame in every partition's item
+// log (all of them, those the state holds too: a part's presence is what
+// tells a whole request from a cut one).
+func (f *jobFT) findRequests() (foundRequests, error) {
+	reqs := foundRequests{}
+	for i, p := range f.parts {
+		_, err := p.log.ReplayFrames(0, func(fr *ft.StoredFrame) error {
+			if len(fr.Tag) == 0 {
+				return nil
+			}
+			id, parts, err := decodeTag(fr.Tag, len(f.parts))
+			if err != nil {
+				return nil // replay counts its events as unreadable
+			}
+			r := reqs[id]
+			if r == nil {
+				r = &foundRequest{parts: parts, found: map[int][2]uint64{}}
+				reqs[id] = r
+			}
+			r.found[i] = [2]uint64{fr.First, fr.Last}
+			return nil
+		})
+		if err != nil && !errors.Is(err, ft.ErrCorrupt) {
+			return nil, fmt.Errorf("reading the item log of partition %d: %w", i, err)
+		}
+	}
+	return reqs, nil
+}
+
+// whole says whether every part of the request tagged tag is in the logs.
+func (reqs foundRequests) whole(tag []byte, n int) bool {
+	id, _, err := decodeTag(tag, n)
+	return err == nil && reqs.wholeID(id)
+}
+
+func (reqs foundRequests) wholeID(id uint64) bool {
+	r := reqs[id]
+	if r == nil {
+		return false
+	}
+	for _, p := range r.parts {
+		if _, ok := r.found[p]; !ok {
+			return false
+		}
+	}
+	return true
 }
