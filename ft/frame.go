@@ -389,8 +389,5 @@ func parseFrame(last uint64, p []byte) (f StoredFrame, reason string) {
 	if len(b) != 0 {
 		return StoredFrame{}, fmt.Sprintf("frame: %d bytes after its events", len(b))
 	}
-	if f.body == nil {
-		f.body = p[:0:0] // a frame, even of empty events
-	}
 	return f, ""
 }

@@ -94,9 +94,11 @@ func (d *ReplayDamage) Error() string {
 func (d *ReplayDamage) Unwrap() error { return ErrCorrupt }
 
 // ItemLog is an append-only log of events for one Key: AF-Stream's item
-// backup. Records are opaque payloads with the event's sequence number,
-// stored in segment files <dir>/<job>/<part>/items-<first seq>.log, next to
-// the backups of the same key in a DirStore on the same dir.
+// backup. Records are opaque payloads with the event's sequence number, or
+// frames of events with consecutive sequence numbers (AppendFrame), which
+// one checksum makes whole or absent after a crash. They are stored in
+// segment files <dir>/<job>/<part>/items-<first seq>.log, next to the
+// backups of the same key in a DirStore on the same dir.
 //
 // Durability has two levels: Flush hands buffered records to the operating
 // system (they survive the process being killed, not a power cut) and

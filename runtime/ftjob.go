@@ -128,6 +128,13 @@ type backupReq struct {
 	data []byte
 }
 
+// maxFrameBytes is the largest item-log record: a request's part in one
+// partition is one frame, and its encoding can outgrow the request body
+// (--max-body) for tiny events. It bounds nothing a client controls:
+// bodies are limited before this, and a damaged length on disk is bounded
+// by the file's size when read back.
+const maxFrameBytes = 1 << 30
+
 // newJobFT opens the job's item logs. It does not recover: see recover.
 func newJobFT(spec Spec, store ft.Store, dataDir string, k ftKind, hub *Hub, log *slog.Logger) (*jobFT, error) {
 	f := &jobFT{
@@ -147,7 +154,7 @@ func newJobFT(spec Spec, store ft.Store, dataDir string, k ftKind, hub *Hub, log
 	for i := range spec.Partitions {
 		pf := &partFT{index: i, mode: spec.FT.Mode, reqs: &f.reqs}
 		var err error
-		if pf.log, err = ft.OpenItemLog(dataDir, ft.Key{Job: spec.Name, Partition: i}); err != nil {
+		if pf.log, err = ft.OpenItemLogConfig(dataDir, ft.Key{Job: spec.Name, Partition: i}, ft.ItemLogConfig{MaxPayload: maxFrameBytes}); err != nil {
 			f.closeFiles()
 			return nil, fmt.Errorf("item log of partition %d: %w", i, err)
 		}
