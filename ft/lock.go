@@ -10,7 +10,8 @@ import (
 )
 
 // LockFile is the name of the lock file LockDir keeps in a data directory.
-const LockFile = "LOCK"
+// A job name cannot start with a dot, so no job's directory can be it.
+const LockFile = ".lock"
 
 // ErrLocked is wrapped by the error of LockDir when another process holds
 // the directory.
@@ -35,11 +36,11 @@ func (e *LockedError) Error() string {
 func (e *LockedError) Unwrap() error { return ErrLocked }
 
 // LockDir creates dir if needed and takes an exclusive lock on it for this
-// process: an flock(2) on dir/LOCK, into which it writes its PID. A second
+// process: an flock(2) on dir/.lock, into which it writes its PID. A second
 // LockDir on the same directory, from any process (this one included),
 // fails with a *LockedError naming the holder's PID. The lock belongs to
 // the open file, so it dies with the process: kill -9 never leaves a stale
-// lock, and the LOCK file left behind means nothing by itself. unlock
+// lock, and the file left behind means nothing by itself. unlock
 // releases it (the file stays).
 func LockDir(dir string) (unlock func() error, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -72,7 +72,7 @@ func TestLockDirAcrossProcesses(t *testing.T) {
 		t.Fatalf("after kill -9 of the holder: %v", err)
 	}
 	if pid := readLockPID(t, dir); pid != itoa(os.Getpid()) {
-		t.Fatalf("LOCK holds %q, want our PID %d", pid, os.Getpid())
+		t.Fatalf("the lock file holds %q, want our PID %d", pid, os.Getpid())
 	}
 	// Within one process a second lock is refused too, and unlock frees it.
 	if _, err := LockDir(dir); !errors.Is(err, ErrLocked) {
