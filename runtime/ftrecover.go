@@ -2,9 +2,11 @@ package runtime
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/mlstream/mlstream/ft"
@@ -102,20 +104,23 @@ func (j *Job) replayLogs(rep *RecoveryReport, base, marks []uint64) (covered []u
 		if err != nil {
 			return nil, fmt.Errorf("replaying partition %d: %w", i, err)
 		}
-		lost := r.gaps
+		// Handed out, and in neither the state nor the item log. In mode
+		// exact such events never had their 202 (it comes after the
+		// fsync), unless the log is damaged beyond a torn tail.
+		missing := r.gaps
 		if marks[i] > r.last {
-			// Handed out, in neither the state nor the item log. In mode
-			// exact such events never had their 202 (it comes after the
-			// fsync), unless the log is damaged beyond a torn tail.
-			if f.spec.Mode == ft.ModeExact && !r.damaged {
-				rep.Unacknowledged += int64(marks[i] - r.last)
-			} else {
-				lost = append(lost, [2]uint64{r.last + 1, marks[i]})
-			}
+			missing = append(missing, [2]uint64{r.last + 1, marks[i]})
+		}
+		lost := r.unreadable
+		if f.spec.Mode == ft.ModeExact && !r.damaged {
+			rep.Unacknowledged = addRanges(rep.Unacknowledged, missing)
+		} else {
+			lost = append(lost, missing...)
 		}
 		rep.Replayed += r.n
-		rep.Unacknowledged += r.unacked
-		rep.Lost = addLost(rep.Lost, lost)
+		rep.Unacknowledged = addRanges(rep.Unacknowledged, r.unacked)
+		slices.SortFunc(lost, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+		rep.Lost = addRanges(rep.Lost, lost)
 		rep.LostRanges[i] = lost
 		// Never below what the item log holds: its appends must go on
 		// above its last record, or every request would fail.
@@ -143,9 +148,9 @@ func (f *jobFT) readMarks(rep *RecoveryReport) (marks []uint64, damaged bool) {
 	return marks, damaged
 }
 
-// addLost adds the sizes of inclusive ranges to lost, saturating at the
-// largest int64 rather than wrapping to a negative count.
-func addLost(lost int64, ranges [][2]uint64) int64 {
+// addRanges adds the sizes of inclusive ranges to a count, saturating at
+// the largest int64 rather than wrapping to a negative count.
+func addRanges(lost int64, ranges [][2]uint64) int64 {
 	for _, r := range ranges {
 		if r[1] < r[0] {
 			continue
@@ -231,11 +236,12 @@ func (u *stateUnit) restore(rep *RecoveryReport) (ft.BackupMeta, int, error) {
 
 // replayed is what replaying one partition's item log found.
 type replayed struct {
-	n       int    // events replayed
-	last    uint64 // the last sequence number the partition has now seen
-	gaps    [][2]uint64
-	unacked int64 // events of requests logged only in part: dropped
-	damaged bool  // damage beyond a torn tail: the log may have lost acknowledged events
+	n          int         // events replayed
+	last       uint64      // the last sequence number the partition has now seen
+	gaps       [][2]uint64 // sequence numbers in no record of the log (inclusive ranges)
+	unreadable [][2]uint64 // in intact records that cannot be decoded
+	unacked    [][2]uint64 // events of requests logged only in part: dropped
+	damaged    bool        // damage beyond a torn tail: the log may have lost acknowledged events
 }
 
 // replay feeds partition i the item-logged events after seq `after`, in
@@ -256,16 +262,21 @@ func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err e
 			a = arena{}
 		}
 	}
+	skipTo := func(first, last uint64) {
+		if first > r.last+1 {
+			r.gaps = append(r.gaps, [2]uint64{r.last + 1, first - 1})
+		}
+		r.last = last
+	}
 	event := func(seq uint64, payload []byte) error {
+		skipTo(seq, seq)
 		var rec Record
 		if err := decodeRecord(payload, &rec, &a); err != nil {
-			return nil // intact frame, unreadable record: counted as lost below
+			// Intact, so accepted, but unreadable: lost.
+			r.unreadable = append(r.unreadable, [2]uint64{seq, seq})
+			return nil
 		}
 		rec.Seq = seq
-		if seq > r.last+1 {
-			r.gaps = append(r.gaps, [2]uint64{r.last + 1, seq - 1})
-		}
-		r.last = seq
 		recs = append(recs, rec)
 		r.n++
 		if len(recs) == 1024 {
@@ -277,11 +288,8 @@ func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err e
 		if len(fr.Tag) > 0 && !reqs.whole(fr.Tag, len(j.parts)) {
 			// Not acknowledged, and not whole: none of it.
 			first := max(fr.First, fr.After+1)
-			if first > r.last+1 {
-				r.gaps = append(r.gaps, [2]uint64{r.last + 1, first - 1})
-			}
-			r.unacked += int64(fr.Last - first + 1)
-			r.last = fr.Last
+			skipTo(first, fr.Last)
+			r.unacked = append(r.unacked, [2]uint64{first, fr.Last})
 			return nil
 		}
 		return fr.Each(event)
