@@ -447,7 +447,9 @@ type RecoveryReport struct {
 	// Unacknowledged counts, in mode exact, the events of requests that a
 	// crash cut short before their 202: not in the item log, or in it only
 	// in part (then dropped whole, so that a request is replayed all or
-	// none). They were never accepted, so they are not lost.
+	// none). They were never accepted, so they are not lost. When the item
+	// log is damaged beyond a torn tail, or a damaged backup was passed
+	// over, acknowledged events may be among them: they count as lost then.
 	Unacknowledged int64 `json:"unacknowledged"`
 	// Bound is the bound that held (the job's promise over any number of
 	// crashes); Within says whether the measured loss stayed inside it.

@@ -39,6 +39,9 @@ func (j *Job) recover() (*RecoveryReport, error) {
 		}
 		rep.Backups += n
 	}
+	// With a damaged backup passed over, the item log may have been
+	// truncated past what the restored state holds.
+	backupDamage := len(rep.Skipped) > 0
 	clean := f.takeClean(rep)
 	marks, damagedMarks := f.readMarks(rep)
 	hadData := restored || damagedMarks
@@ -60,7 +63,7 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	rep.Failures = failures
 
 	f.recovered(base)
-	covered, err := j.replayLogs(rep, base, marks)
+	covered, err := j.replayLogs(rep, base, marks, backupDamage)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +94,8 @@ func (j *Job) recover() (*RecoveryReport, error) {
 // (base: per partition, the last event it holds), measures what is lost
 // against the sequence marks, and returns, per partition, the last
 // sequence number accounted for: new events are numbered after it.
-func (j *Job) replayLogs(rep *RecoveryReport, base, marks []uint64) (covered []uint64, err error) {
+// backupDamage says that a damaged backup was passed over.
+func (j *Job) replayLogs(rep *RecoveryReport, base, marks []uint64, backupDamage bool) (covered []uint64, err error) {
 	f := j.ft
 	reqs, err := f.findRequests()
 	if err != nil {
@@ -104,21 +108,21 @@ func (j *Job) replayLogs(rep *RecoveryReport, base, marks []uint64) (covered []u
 		if err != nil {
 			return nil, fmt.Errorf("replaying partition %d: %w", i, err)
 		}
-		// Handed out, and in neither the state nor the item log. In mode
-		// exact such events never had their 202 (it comes after the
-		// fsync), unless the log is damaged beyond a torn tail.
-		missing := r.gaps
+		// Handed out, and in neither the state nor the item log (or only
+		// as part of a cut request). In mode exact such events never had
+		// their 202 (it comes after the fsync), unless damage to the log
+		// or the backups may have taken acknowledged ones.
+		missing := append(r.gaps, r.unacked...)
 		if marks[i] > r.last {
 			missing = append(missing, [2]uint64{r.last + 1, marks[i]})
 		}
 		lost := r.unreadable
-		if f.spec.Mode == ft.ModeExact && !r.damaged {
+		if f.spec.Mode == ft.ModeExact && !r.damaged && !backupDamage {
 			rep.Unacknowledged = addRanges(rep.Unacknowledged, missing)
 		} else {
 			lost = append(lost, missing...)
 		}
 		rep.Replayed += r.n
-		rep.Unacknowledged = addRanges(rep.Unacknowledged, r.unacked)
 		slices.SortFunc(lost, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
 		rep.Lost = addRanges(rep.Lost, lost)
 		rep.LostRanges[i] = lost
