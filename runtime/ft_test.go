@@ -470,3 +470,45 @@ func TestTruncationHoldsBackForOpenRequests(t *testing.T) {
 		t.Fatalf("abandoned request: truncate to %d", got[0])
 	}
 }
+
+// Mode exact with a flipped byte in the item log: the events from the
+// damage on were acknowledged and are gone, so they count as lost, not as
+// unacknowledged; a torn tail (what kill -9 leaves) counts as
+// unacknowledged.
+func TestExactDamagedItemLogCountsAsLost(t *testing.T) {
+	for _, c := range []struct {
+		name                  string
+		damage                func(b []byte) []byte
+		lost, unacked, replay int64
+	}{
+		{"flipped", func(b []byte) []byte { b[len(b)/2] ^= 0x40; return b }, 20, 0, 10},
+		{"torn tail", func(b []byte) []byte { return b[:len(b)-5] }, 0, 10, 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			spec := ftJobSpec(ft.ModeExact, 1000)
+			e := ftEngine(t, dir)
+			j := mustPut(t, e, spec)
+			waitFullBackup(t, j)
+			j.Pause()
+			for r := range 3 {
+				if _, err := ingest(e, "s", events(10, 10*r)...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			segs, _ := filepath.Glob(filepath.Join(dir, "j", "0", "items-*.log"))
+			if len(segs) != 1 {
+				t.Fatalf("segments %v", segs)
+			}
+			damageFile(t, segs[0], c.damage)
+			e2 := ftEngine(t, dir)
+			defer e2.Close(context.Background())
+			j2 := mustPut(t, e2, spec)
+			rep := j2.Recovery()
+			if rep == nil || rep.Lost != c.lost || rep.Unacknowledged != c.unacked || int64(rep.Replayed) != c.replay {
+				t.Fatalf("recovery %+v", rep)
+			}
+			waitCount(t, j2, c.replay)
+		})
+	}
+}
