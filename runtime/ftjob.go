@@ -74,6 +74,8 @@ type jobFT struct {
 	// <dir>/recoveries.json across restarts; written once per start.
 	history []RecoveryReport
 
+	// reqs tracks, in mode exact, the requests over several partitions
+	// until their parts are all in written backups: see requests.
 	reqs requests
 }
 
@@ -110,7 +112,6 @@ type stateUnit struct {
 type partFT struct {
 	index  int
 	mode   string
-	reqs   *requests
 	log    *ft.ItemLog
 	mark   *ft.SeqMark
 	l      atomic.Int64 // current threshold l
@@ -152,7 +153,7 @@ func newJobFT(spec Spec, store ft.Store, dataDir string, k ftKind, hub *Hub, log
 		f.units = append(f.units, u)
 	}
 	for i := range spec.Partitions {
-		pf := &partFT{index: i, mode: spec.FT.Mode, reqs: &f.reqs}
+		pf := &partFT{index: i, mode: spec.FT.Mode}
 		var err error
 		if pf.log, err = ft.OpenItemLogConfig(dataDir, ft.Key{Job: spec.Name, Partition: i}, ft.ItemLogConfig{MaxPayload: maxFrameBytes}); err != nil {
 			f.closeFiles()
