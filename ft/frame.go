@@ -34,6 +34,17 @@ import (
 //
 //	payload length uint32 | CRC-32C uint32 of seq and payload | seq uint64 | payload
 //
+// A record is either one event (the payload is the event; the earlier
+// version wrote only these) or a frame of events with consecutive
+// sequence numbers, marked by the top bit of the length (frameFlag); its
+// seq is the last event's, and its payload:
+//
+//	event count uvarint | tag length uvarint | tag | (event length uint32 | event)...
+//
+// The tag is opaque to the log (the runtime names a request's parts in it).
+// One CRC covers the whole frame, so a frame torn by a crash is dropped
+// whole: its events are replayed all or none.
+//
 // All integers are little endian; the CRC uses the Castagnoli polynomial.
 
 // GlobalPartition is the Partition of job-level state (for example logreg's
@@ -239,4 +250,144 @@ func parseRecordHeader(h []byte) recordHeader {
 // and whose payload is p.
 func (r recordHeader) check(h, p []byte) bool {
 	return crc32.Update(crc32.Checksum(h[8:16], castagnoli), castagnoli, p) == r.crc
+}
+
+// frameFlag marks a frame in a record's length. MaxPayload is at most
+// 1 GiB, so the bit is never part of a length.
+const frameFlag = 1 << 31
+
+// Frame collects events with consecutive sequence numbers that the item
+// log writes as one record (ItemLog.AppendFrame): after a crash, Replay
+// delivers all of them or none. A Frame is reusable: Reset empties it.
+type Frame struct {
+	first uint64
+	tag   []byte
+	n     int
+	body  []byte // (length uint32 | event)...
+}
+
+// Reset empties f for events from seq first on, with tag (kept, not
+// copied, until the frame is appended).
+func (f *Frame) Reset(first uint64, tag []byte) {
+	f.first, f.tag, f.n, f.body = first, tag, 0, f.body[:0]
+}
+
+// Add appends the next event's payload (copied).
+func (f *Frame) Add(payload []byte) {
+	f.AddFunc(func(b []byte) []byte { return append(b, payload...) })
+}
+
+// AddFunc appends the next event, whose payload appendTo appends to the
+// slice it is given: an event encodes straight into the frame.
+func (f *Frame) AddFunc(appendTo func([]byte) []byte) {
+	start := len(f.body)
+	f.body = append(f.body, 0, 0, 0, 0)
+	f.body = appendTo(f.body)
+	binary.LittleEndian.PutUint32(f.body[start:], uint32(len(f.body)-start-4))
+	f.n++
+}
+
+// Len is the number of events in f.
+func (f *Frame) Len() int { return f.n }
+
+// last is the seq of the frame's last event.
+func (f *Frame) last() uint64 { return f.first + uint64(f.n) - 1 }
+
+// payloadLen is the length of the frame's record payload.
+func (f *Frame) payloadLen() int {
+	return uvarintLen(uint64(f.n)) + uvarintLen(uint64(len(f.tag))) + len(f.tag) + len(f.body)
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
+}
+
+// appendFrameRecord appends f as one framed item log record to b.
+func appendFrameRecord(b []byte, f *Frame) []byte {
+	start := len(b)
+	b = binary.LittleEndian.AppendUint32(b, uint32(f.payloadLen())|frameFlag)
+	b = append(b, 0, 0, 0, 0) // CRC, filled in below
+	b = binary.LittleEndian.AppendUint64(b, f.last())
+	b = binary.AppendUvarint(b, uint64(f.n))
+	b = binary.AppendUvarint(b, uint64(len(f.tag)))
+	b = append(b, f.tag...)
+	b = append(b, f.body...)
+	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(b[start+8:], castagnoli))
+	return b
+}
+
+// StoredFrame is a record as Replay finds it: one frame, or one event of
+// the earlier single-event records (First == Last, no Tag). Its slices
+// are valid only during the callback.
+type StoredFrame struct {
+	First, Last uint64
+	Tag         []byte
+	// After is the seq at or below which Each skips events: the state
+	// already holds them.
+	After  uint64
+	n      int
+	body   []byte // of a frame: (length uint32 | event)...
+	single []byte // of a single-event record: the event
+}
+
+// Each calls fn for each event of the frame with seq > f.After, in order,
+// and stops at fn's first error.
+func (f *StoredFrame) Each(fn func(seq uint64, payload []byte) error) error {
+	if f.body == nil {
+		if f.First > f.After {
+			return fn(f.First, f.single)
+		}
+		return nil
+	}
+	b := f.body
+	for seq := f.First; seq <= f.Last; seq++ {
+		n := binary.LittleEndian.Uint32(b) // lengths were checked by parseFrame
+		if seq > f.After {
+			if err := fn(seq, b[4:4+n]); err != nil {
+				return err
+			}
+		}
+		b = b[4+n:]
+	}
+	return nil
+}
+
+// events is how many events Each delivers.
+func (f *StoredFrame) events() int {
+	if f.Last <= f.After {
+		return 0
+	}
+	return int(f.Last - max(f.After+1, f.First) + 1)
+}
+
+// parseFrame decodes the payload of a frame record whose seq is last, and
+// checks that its events fill it exactly. reason says what is wrong.
+func parseFrame(last uint64, p []byte) (f StoredFrame, reason string) {
+	n, k := binary.Uvarint(p)
+	if k <= 0 || n == 0 || n > last || n > uint64(len(p)) {
+		return f, fmt.Sprintf("frame: bad event count (seq %d)", last)
+	}
+	p = p[k:]
+	tl, k := binary.Uvarint(p)
+	if k <= 0 || tl > uint64(len(p)-k) {
+		return f, "frame: bad tag length"
+	}
+	f.Tag = p[k : k+int(tl)]
+	f.body = p[k+int(tl):]
+	f.First, f.Last, f.n = last-n+1, last, int(n)
+	b := f.body
+	for range n {
+		if len(b) < 4 || uint64(binary.LittleEndian.Uint32(b)) > uint64(len(b)-4) {
+			return StoredFrame{}, "frame: event length past its end"
+		}
+		b = b[4+binary.LittleEndian.Uint32(b):]
+	}
+	if len(b) != 0 {
+		return StoredFrame{}, fmt.Sprintf("frame: %d bytes after its events", len(b))
+	}
+	return f, ""
 }

@@ -1,8 +1,10 @@
 // Package ft is mlstream's approximate fault tolerance, after AF-Stream
-// (../shared/PAPERS.md, Part 1): an operator's state is backed up only when
-// it has drifted past a threshold from its last backup, pending events are
-// written to an item log only when too many are at risk, and senders are
-// held back when too many items are unacknowledged. Three user bounds per
+// (Huang and Lee, "Toward High-Performance Distributed Stream Processing
+// via Approximate Fault Tolerance", PVLDB 2016): an operator's state is
+// backed up only when it has drifted past a threshold from its last
+// backup, pending events are written to an item log only when too many are
+// at risk, and senders are held back when too many items are
+// unacknowledged. Three user bounds per
 // job, Θ (max_divergence), L (max_pending) and Γ (max_unacked), bound the
 // error after any number of crashes: state divergence ≤ Θ + Lα and lost
 // outputs ≤ Γ + Lβ, where α is the most one event can move the state and β
@@ -10,8 +12,12 @@
 //
 // ft knows nothing of operators beyond the Stateful interface; the runtime
 // drives it. The pieces: Controller (the thresholds θ, l, γ and their
-// adaptation), Store (where backups go; DirStore is a local directory) and
-// ItemLog (the log of pending events).
+// adaptation), Store (where backups go; DirStore is a local directory),
+// ItemLog (the log of pending events, a Frame of them per write, replayed
+// whole or not at all), the checksummed metadata files beside them
+// (WriteJobFile, SeqMark) and LockDir, which keeps a second process off a
+// data directory. Nothing on disk is believed without its checksum: a
+// damaged file is reported as a *CorruptError and passed over.
 package ft
 
 import (

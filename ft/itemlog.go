@@ -64,12 +64,20 @@ var (
 	ErrTooLarge = errors.New("ft: payload larger than MaxPayload")
 )
 
+// tornReason starts the reason of a record that the end of its file cuts
+// short.
+const tornReason = "torn record"
+
 // ReplayDamage is the error Replay returns when it met torn or corrupt
 // records. It is informational: every intact record before the damage was
 // delivered, and so were the later segments. It wraps ErrCorrupt.
 type ReplayDamage struct {
 	// Files has one entry per damaged segment, oldest first.
 	Files []*CorruptError
+	// TornTail is set when the only damage is a record cut short at the
+	// end of the newest segment: what a crash during an append leaves.
+	// Those records were never made durable by a Commit that returned.
+	TornTail bool
 }
 
 func (d *ReplayDamage) Error() string {
@@ -86,9 +94,11 @@ func (d *ReplayDamage) Error() string {
 func (d *ReplayDamage) Unwrap() error { return ErrCorrupt }
 
 // ItemLog is an append-only log of events for one Key: AF-Stream's item
-// backup. Records are opaque payloads with the event's sequence number,
-// stored in segment files <dir>/<job>/<part>/items-<first seq>.log, next to
-// the backups of the same key in a DirStore on the same dir.
+// backup. Records are opaque payloads with the event's sequence number, or
+// frames of events with consecutive sequence numbers (AppendFrame), which
+// one checksum makes whole or absent after a crash. They are stored in
+// segment files <dir>/<job>/<part>/items-<first seq>.log, next to the
+// backups of the same key in a DirStore on the same dir.
 //
 // Durability has two levels: Flush hands buffered records to the operating
 // system (they survive the process being killed, not a power cut) and
@@ -132,6 +142,17 @@ type ItemLog struct {
 	dirDirty                   bool     // a segment was created since the directory was last fsynced
 	err                        error    // sticky: after a failed write or fsync nothing more is accepted
 	closed                     bool
+	hook                       func(first, last uint64) error // SetAppendHook
+}
+
+// SetAppendHook is for tests: fn is called by every Append and AppendFrame
+// before it buffers its record (seqs first to last), under the log's lock;
+// an error from fn is returned instead, and nothing is appended. A test
+// makes a writer "crash" between the parts of a request with it.
+func (l *ItemLog) SetAppendHook(fn func(first, last uint64) error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hook = fn
 }
 
 // segment is one segment file.
@@ -226,18 +247,40 @@ func (l *ItemLog) path(first uint64) string { return filepath.Join(l.dir, segNam
 // above every seq appended or found on open (ErrSeqOrder otherwise), and
 // payload at most MaxPayload bytes. The log does not keep payload.
 func (l *ItemLog) Append(seq uint64, payload []byte) error {
-	if len(payload) > l.cfg.MaxPayload {
-		return fmt.Errorf("%w: %d bytes", ErrTooLarge, len(payload))
+	return l.appendRecord(seq, seq, len(payload), func(b []byte) []byte { return appendRecord(b, seq, payload) })
+}
+
+// AppendFrame adds the events of f as one record, seqs f's first on: after
+// a crash Replay delivers all of them or none. Like Append it is buffered,
+// its first seq must be above every seq appended, and its record at most
+// MaxPayload bytes. The log does not keep f; an empty frame is a no-op.
+func (l *ItemLog) AppendFrame(f *Frame) error {
+	if f.n == 0 {
+		return nil
+	}
+	return l.appendRecord(f.first, f.last(), f.payloadLen(), func(b []byte) []byte { return appendFrameRecord(b, f) })
+}
+
+// appendRecord buffers the record that encode appends, whose events have
+// seqs first to last and whose payload has n bytes.
+func (l *ItemLog) appendRecord(first, last uint64, n int, encode func([]byte) []byte) error {
+	if n > l.cfg.MaxPayload {
+		return fmt.Errorf("%w: %d bytes", ErrTooLarge, n)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.usable(); err != nil {
 		return err
 	}
-	if seq <= l.lastSeq {
-		return fmt.Errorf("%w: %d after %d", ErrSeqOrder, seq, l.lastSeq)
+	if first <= l.lastSeq {
+		return fmt.Errorf("%w: %d after %d", ErrSeqOrder, first, l.lastSeq)
 	}
-	recLen := int64(recordHeaderLen + len(payload))
+	if l.hook != nil {
+		if err := l.hook(first, last); err != nil {
+			return err
+		}
+	}
+	recLen := int64(recordHeaderLen + n)
 	if l.f != nil {
 		if used := l.segs[len(l.segs)-1].size + int64(len(l.buf)); used > 0 && used+recLen > l.cfg.SegmentBytes {
 			if err := l.roll(); err != nil {
@@ -246,13 +289,13 @@ func (l *ItemLog) Append(seq uint64, payload []byte) error {
 		}
 	}
 	if l.f == nil {
-		if err := l.create(seq); err != nil {
+		if err := l.create(first); err != nil {
 			return err
 		}
 	}
-	l.buf = appendRecord(l.buf, seq, payload)
-	l.lastSeq = seq
-	l.segs[len(l.segs)-1].last = seq
+	l.buf = encode(l.buf)
+	l.lastSeq = last
+	l.segs[len(l.segs)-1].last = last
 	l.appended += recLen
 	if len(l.buf) >= l.cfg.BufferBytes {
 		return l.writeBuf()
@@ -433,6 +476,14 @@ func syncAll(dir string, f *os.File, paths []string, dirDirty bool) error {
 // Replay sees the records appended before it was called (it flushes the
 // buffer first) and may run concurrently with Append.
 func (l *ItemLog) Replay(after uint64, fn func(seq uint64, payload []byte) error) (n int, err error) {
+	return l.ReplayFrames(after, func(f *StoredFrame) error { return f.Each(fn) })
+}
+
+// ReplayFrames is Replay by record: it calls fn for every record (frame,
+// or single event) with events above after, in seq order, with the frame's
+// After set so that its Each delivers only those, and returns how many
+// events that is. Damage, concurrency and errors are as for Replay.
+func (l *ItemLog) ReplayFrames(after uint64, fn func(f *StoredFrame) error) (n int, err error) {
 	l.mu.Lock()
 	if err := l.usable(); err != nil {
 		l.mu.Unlock()
@@ -462,6 +513,7 @@ func (l *ItemLog) Replay(after uint64, fn func(seq uint64, payload []byte) error
 		switch {
 		case errors.As(err, &ce):
 			damage.Files = append(damage.Files, ce)
+			damage.TornTail = len(damage.Files) == 1 && i == len(segs)-1 && strings.HasPrefix(ce.Reason, tornReason)
 		case errors.Is(err, fs.ErrNotExist):
 			// deleted by a concurrent TruncateBefore: consumed records
 		case err != nil:
@@ -479,7 +531,7 @@ func (l *ItemLog) Replay(after uint64, fn func(seq uint64, payload []byte) error
 // seq > after (fn may be nil). It returns the last intact seq delivered to
 // fn (or seen, when fn is nil), how many, and a *CorruptError at the first
 // damaged record.
-func (l *ItemLog) scan(path string, s segment, after uint64, fn func(uint64, []byte) error) (last uint64, n int, err error) {
+func (l *ItemLog) scan(path string, s segment, after uint64, fn func(*StoredFrame) error) (last uint64, n int, err error) {
 	file, err := os.Open(path)
 	if err != nil {
 		return 0, 0, err
@@ -501,16 +553,18 @@ func (l *ItemLog) scan(path string, s segment, after uint64, fn func(uint64, []b
 				return last, n, nil
 			}
 			if err == io.ErrUnexpectedEOF {
-				return corrupt("torn record header")
+				return corrupt(tornReason + " header")
 			}
 			return last, n, err
 		}
 		h := parseRecordHeader(hdr[:])
+		isFrame := h.n&frameFlag != 0
+		h.n &^= frameFlag
 		if int64(h.n) > int64(l.cfg.MaxPayload) {
 			return corrupt(fmt.Sprintf("record length %d above the %d limit", h.n, l.cfg.MaxPayload))
 		}
 		if int64(h.n) > s.size-off-recordHeaderLen {
-			return corrupt(fmt.Sprintf("torn record: length %d, %d bytes left", h.n, s.size-off-recordHeaderLen))
+			return corrupt(fmt.Sprintf("%s: length %d, %d bytes left", tornReason, h.n, s.size-off-recordHeaderLen))
 		}
 		if cap(payload) < int(h.n) {
 			payload = make([]byte, h.n)
@@ -518,29 +572,37 @@ func (l *ItemLog) scan(path string, s segment, after uint64, fn func(uint64, []b
 		payload = payload[:h.n]
 		if _, err := io.ReadFull(r, payload); err != nil {
 			if err == io.ErrUnexpectedEOF || err == io.EOF {
-				return corrupt("torn record")
+				return corrupt(tornReason)
 			}
 			return last, n, err
 		}
 		if !h.check(hdr[:], payload) {
 			return corrupt("CRC mismatch")
 		}
-		switch {
-		case off == 0 && h.seq != s.first:
-			return corrupt(fmt.Sprintf("first seq %d, the name says %d", h.seq, s.first))
-		case off > 0 && h.seq <= prev:
-			return corrupt(fmt.Sprintf("seq %d not above %d", h.seq, prev))
+		fr := StoredFrame{First: h.seq, Last: h.seq, After: after, single: payload}
+		if isFrame {
+			var reason string
+			if fr, reason = parseFrame(h.seq, payload); reason != "" {
+				return corrupt(reason)
+			}
+			fr.After = after
 		}
-		prev = h.seq
+		switch {
+		case off == 0 && fr.First != s.first:
+			return corrupt(fmt.Sprintf("first seq %d, the name says %d", fr.First, s.first))
+		case off > 0 && fr.First <= prev:
+			return corrupt(fmt.Sprintf("seq %d not above %d", fr.First, prev))
+		}
+		prev = fr.Last
 		if fn == nil {
-			last = h.seq
+			last = fr.Last
 			n++
-		} else if h.seq > after {
-			if err := fn(h.seq, payload); err != nil {
+		} else if fr.Last > after {
+			if err := fn(&fr); err != nil {
 				return last, n, err
 			}
-			last = h.seq
-			n++
+			last = fr.Last
+			n += fr.events()
 		}
 		off += recordHeaderLen + int64(h.n)
 	}

@@ -168,14 +168,16 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	}
 	var durable []*partFT // item logs to commit before the reply (mode exact)
 	for _, jb := range b.jobs {
+		req := jb.job.ftRequest(jb.parts)
 		for i, recs := range jb.parts {
 			if len(recs) == 0 {
 				continue
 			}
 			q := jb.job.parts[i].q
-			if err := q.push(recs, b.now); err != nil {
+			if err := q.push(recs, b.now, req); err != nil {
 				q.unreserve(len(recs))
 				if errors.Is(err, ErrDurability) {
+					req.abandon()
 					return 0, err
 				}
 				// The job was deleted while this request was in flight; its

@@ -1,10 +1,15 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,4 +202,313 @@ func TestWindowedHeavyHitters(t *testing.T) {
 		backups = j.Status(false).FT.Backups
 		return backups.Delta+backups.Full >= 3
 	})
+}
+
+// fileDamages are the ways a small file is found damaged: a flipped byte, a
+// torn tail, nothing at all.
+var fileDamages = []struct {
+	name string
+	fn   func([]byte) []byte
+}{
+	{"flipped", func(b []byte) []byte { b = bytes.Clone(b); b[len(b)/2] ^= 0x40; return b }},
+	{"truncated", func(b []byte) []byte { return b[:len(b)-3] }},
+	{"empty", func([]byte) []byte { return nil }},
+}
+
+func damageFile(t *testing.T, path string, fn func([]byte) []byte) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, fn(b), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitCount polls until the job has learned n events.
+func waitCount(t *testing.T, j *Job, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for j.Status(false).Metrics.All.Count != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("learned %d events, want %d", j.Status(false).Metrics.All.Count, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitFullBackup waits for the job's full backup at its start to be
+// written, so that a crash after it leaves no backup half-written by an
+// engine the test abandoned (a real crash ends its writes; an abandoned
+// engine's would race with the next one's).
+func waitFullBackup(t *testing.T, j *Job) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for j.Status(false).FT.Backups.Full == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no backup: %+v", j.Status(false).FT.Backups)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// crashAfterRecovery leaves dir as a job that crashed, recovered, and then
+// crashed again with 10 events queued and not logged (or, graceful, was
+// stopped): there is a recovery history, a sequence mark past what the
+// item log holds (or a clean marker). 30 events are in its backups.
+func crashAfterRecovery(t *testing.T, dir string, spec Spec, graceful bool) {
+	t.Helper()
+	e := ftEngine(t, dir)
+	j := mustPut(t, e, spec)
+	waitFullBackup(t, j)
+	j.Pause()
+	// 30 > l = 20 events pending: all in the item log.
+	if _, err := ingest(e, "s", events(30, 0)...); err != nil {
+		t.Fatal(err)
+	}
+	e1 := ftEngine(t, dir) // the crash: e is abandoned
+	j1 := mustPut(t, e1, spec)
+	if rep := j1.Recovery(); rep == nil || rep.Replayed != 30 || rep.Lost != 0 {
+		t.Fatalf("first recovery %+v", rep)
+	}
+	waitCount(t, j1, 30)
+	waitFullBackup(t, j1)
+	if graceful {
+		if err := e1.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	// 10 pending, not above l = 10 after the first failure: at risk.
+	j1.Pause()
+	if _, err := ingest(e1, "s", events(10, 30)...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every metadata file the runtime keeps beside the backups (the sequence
+// mark, the clean-shutdown marker, the recovery history), flipped,
+// truncated or emptied: the job starts, restores what it can, reports the
+// damage and a loss that is not negative, and takes and learns new events.
+func TestDamagedMetadataIsSurvived(t *testing.T) {
+	for _, file := range []struct {
+		name     string
+		path     string // under the data directory
+		graceful bool   // stop gracefully (else crash) before the damage
+		lost     int64  // events lost with the file damaged
+		skipped  string // what the report's Skipped must mention
+	}{
+		// The 10 events queued at the crash cannot be counted without the
+		// mark: the loss is not measured, and the report says why.
+		{"sequence mark", "j/0/seq", false, 0, "seq"},
+		// A damaged marker is a crash: a failure is counted.
+		{"clean marker", "j/" + ft.CleanMarker, true, 0, ft.CleanMarker},
+		{"recovery history", "j/" + ft.RecoveryHistory, false, 10, "recovery history"},
+	} {
+		for _, d := range fileDamages {
+			t.Run(file.name+"/"+d.name, func(t *testing.T) {
+				dir := t.TempDir()
+				spec := ftJobSpec(ft.ModeApprox, 40) // l = 20, then 10
+				crashAfterRecovery(t, dir, spec, file.graceful)
+				damageFile(t, filepath.Join(dir, file.path), d.fn)
+
+				e2 := ftEngine(t, dir)
+				defer e2.Close(context.Background())
+				j2 := mustPut(t, e2, spec)
+				rep := j2.Recovery()
+				failures, clean, skipped := 2, false, file.skipped
+				if file.name == "clean marker" && d.name == "empty" {
+					// The earlier version's marker is an empty file.
+					failures, clean, skipped = 1, true, ""
+				}
+				if rep == nil || rep.Lost != file.lost || rep.Clean != clean || rep.Failures != failures {
+					t.Fatalf("recovery %+v, want lost %d, clean %t, failures %d", rep, file.lost, clean, failures)
+				}
+				if got := strings.Join(rep.Skipped, "; "); !strings.Contains(got, skipped) || skipped == "" && got != "" {
+					t.Fatalf("skipped %q, want the damaged %s reported", got, file.name)
+				}
+				// The state was restored, and new events are taken.
+				waitCount(t, j2, 30)
+				if _, err := ingest(e2, "s", events(5, 40)...); err != nil {
+					t.Fatalf("ingest after the recovery: %v", err)
+				}
+				waitCount(t, j2, 35)
+				if h := j2.Status(false).FT.Recoveries; len(h) == 0 {
+					t.Fatal("no recovery history")
+				}
+			})
+		}
+	}
+}
+
+// The earlier version's metadata files, without checksums, are read once:
+// an 8-byte sequence mark, an empty clean marker, a plain JSON history.
+func TestMetadataOfTheEarlierVersionIsRead(t *testing.T) {
+	dir := t.TempDir()
+	spec := ftJobSpec(ft.ModeApprox, 40)
+	crashAfterRecovery(t, dir, spec, true)
+	hist, _, err := ft.ReadJobFile(dir, "j", ft.RecoveryHistory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{
+		"j/0/seq":                 {30, 0, 0, 0, 0, 0, 0, 0},
+		"j/" + ft.CleanMarker:     nil,
+		"j/" + ft.RecoveryHistory: hist,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e2 := ftEngine(t, dir)
+	defer e2.Close(context.Background())
+	j2 := mustPut(t, e2, spec)
+	rep := j2.Recovery()
+	if rep == nil || !rep.Clean || rep.Lost != 0 || rep.Failures != 1 || len(rep.Skipped) != 0 {
+		t.Fatalf("recovery %+v", rep)
+	}
+	if h := j2.Status(false).FT.Recoveries; len(h) != 2 {
+		t.Fatalf("history of %d recoveries, want 2", len(h))
+	}
+}
+
+// partsOf counts the events of events(n, 0) per partition of j.
+func partsOf(j *Job, n int) []int {
+	out := make([]int, len(j.parts))
+	for i := range n {
+		out[j.partitionFor(fmt.Sprintf("k%d", i))]++
+	}
+	return out
+}
+
+// Mode exact, a request over two partitions, and a crash between its two
+// parts: the first part is durable in its item log, the second never got
+// there, and the request got no 202. Recovery replays none of it (counted
+// as unacknowledged, not lost), and replays a whole request before it.
+func TestExactRequestCutBetweenPartsIsNotReplayed(t *testing.T) {
+	dir := t.TempDir()
+	spec := ftJobSpec(ft.ModeExact, 1000)
+	spec.Partitions = 2
+	e := ftEngine(t, dir)
+	j := mustPut(t, e, spec)
+	waitFullBackup(t, j)
+	j.Pause() // nothing reaches the state: the logs are all there is
+	whole := events(20, 0)
+	if counts := partsOf(j, len(whole)); counts[0] == 0 || counts[1] == 0 {
+		t.Fatalf("the test needs both partitions: %v", counts)
+	}
+	if _, err := ingest(e, "s", whole...); err != nil {
+		t.Fatal(err)
+	}
+	// The "crash": partition 1's part is never appended. Partition 0's is,
+	// and is made durable, as another request's group commit would.
+	crash := errors.New("injected crash")
+	j.ft.parts[1].log.SetAppendHook(func(uint64, uint64) error { return crash })
+	cut := events(20, 0)
+	if _, err := ingest(e, "s", cut...); !errors.Is(err, ErrDurability) {
+		t.Fatalf("the cut request: %v", err)
+	}
+	if err := j.ft.parts[0].log.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	p0 := int64(partsOf(j, len(cut))[0])
+
+	e2 := ftEngine(t, dir)
+	defer e2.Close(context.Background())
+	j2 := mustPut(t, e2, spec)
+	rep := j2.Recovery()
+	if rep == nil || rep.Lost != 0 || rep.Replayed != 20 || rep.Unacknowledged != p0 {
+		t.Fatalf("recovery %+v, want 20 replayed, %d unacknowledged", rep, p0)
+	}
+	waitCount(t, j2, 20)
+	// Sequence numbers go on after the dropped part, and new requests are
+	// taken and survive the next crash whole.
+	if _, err := ingest(e2, "s", events(20, 0)...); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, j2, 40)
+	waitFullBackup(t, j2)
+	j2.Pause()
+	e3 := ftEngine(t, dir)
+	defer e3.Close(context.Background())
+	j3 := mustPut(t, e3, spec)
+	if rep := j3.Recovery(); rep == nil || rep.Lost != 0 || rep.Unacknowledged != 0 {
+		t.Fatalf("second recovery %+v", rep)
+	}
+	waitCount(t, j3, 40)
+}
+
+// Truncation after a backup never drops a part of a request while another
+// part of it is not yet in a backup: recovery tells a cut request from a
+// truncated one by that.
+func TestTruncationHoldsBackForOpenRequests(t *testing.T) {
+	rs := &requests{durable: make([]uint64, 2)}
+	r := &ftRequest{reqs: rs, parts: []int{0, 1}, first: make([]uint64, 2), last: make([]uint64, 2)}
+	rs.open = []*ftRequest{r}
+	r.logged(0, 5, 7)
+	// Partition 1's part is not logged yet: partition 0 keeps 5..7.
+	if got := rs.backedUp([]int{0}, []uint64{10}); got[0] != 4 {
+		t.Fatalf("truncate partition 0 to %d, want 4", got[0])
+	}
+	r.logged(1, 3, 4)
+	if got := rs.backedUp([]int{0}, []uint64{10}); got[0] != 4 {
+		t.Fatalf("partition 1's part not in a backup: truncate to %d, want 4", got[0])
+	}
+	if got := rs.backedUp([]int{1}, []uint64{4}); got[0] != 4 || len(rs.open) != 0 {
+		t.Fatalf("both parts backed up: truncate to %d, open %d", got[0], len(rs.open))
+	}
+	if got := rs.backedUp([]int{0}, []uint64{12}); got[0] != 12 {
+		t.Fatalf("after the request: truncate to %d", got[0])
+	}
+	// An abandoned request holds nothing back.
+	r2 := &ftRequest{reqs: rs, parts: []int{0, 1}, first: make([]uint64, 2), last: make([]uint64, 2)}
+	rs.open = []*ftRequest{r2}
+	r2.logged(0, 13, 14)
+	r2.abandon()
+	if got := rs.backedUp([]int{0}, []uint64{20}); got[0] != 20 {
+		t.Fatalf("abandoned request: truncate to %d", got[0])
+	}
+}
+
+// Mode exact with a flipped byte in the item log: the events from the
+// damage on were acknowledged and are gone, so they count as lost, not as
+// unacknowledged; a torn tail (what kill -9 leaves) counts as
+// unacknowledged.
+func TestExactDamagedItemLogCountsAsLost(t *testing.T) {
+	for _, c := range []struct {
+		name                  string
+		damage                func(b []byte) []byte
+		lost, unacked, replay int64
+	}{
+		{"flipped", func(b []byte) []byte { b[len(b)/2] ^= 0x40; return b }, 20, 0, 10},
+		{"torn tail", func(b []byte) []byte { return b[:len(b)-5] }, 0, 10, 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			spec := ftJobSpec(ft.ModeExact, 1000)
+			e := ftEngine(t, dir)
+			j := mustPut(t, e, spec)
+			waitFullBackup(t, j)
+			j.Pause()
+			for r := range 3 {
+				if _, err := ingest(e, "s", events(10, 10*r)...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			segs, _ := filepath.Glob(filepath.Join(dir, "j", "0", "items-*.log"))
+			if len(segs) != 1 {
+				t.Fatalf("segments %v", segs)
+			}
+			damageFile(t, segs[0], c.damage)
+			e2 := ftEngine(t, dir)
+			defer e2.Close(context.Background())
+			j2 := mustPut(t, e2, spec)
+			rep := j2.Recovery()
+			if rep == nil || rep.Lost != c.lost || rep.Unacknowledged != c.unacked || int64(rep.Replayed) != c.replay {
+				t.Fatalf("recovery %+v", rep)
+			}
+			waitCount(t, j2, c.replay)
+		})
+	}
 }

@@ -2,15 +2,13 @@ package runtime
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
-	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +53,7 @@ type jobFT struct {
 	spec   FTSpec
 	bounds ft.Bounds
 	store  ft.Store
+	root   string // the data directory
 	dir    string // <data>/<job>
 	log    *slog.Logger
 	hub    *Hub
@@ -74,6 +73,10 @@ type jobFT struct {
 	// history is the last recoveries of the job, newest last, kept in
 	// <dir>/recoveries.json across restarts; written once per start.
 	history []RecoveryReport
+
+	// reqs tracks, in mode exact, the requests over several partitions
+	// until their parts are all in written backups: see requests.
+	reqs requests
 }
 
 // stateUnit is one unit of state and its backups.
@@ -107,16 +110,17 @@ type stateUnit struct {
 // partFT is a partition's share: its item log and the high-water mark of
 // the sequence numbers it has handed out.
 type partFT struct {
+	index  int
 	mode   string
 	log    *ft.ItemLog
-	mark   *os.File
+	mark   *ft.SeqMark
 	l      atomic.Int64 // current threshold l
 	logged atomic.Int64 // events written to the item log, ever
 
 	// Guarded by the partition queue's mutex.
 	unlogged int
 	buf      []byte
-	markBuf  [8]byte
+	frame    ft.Frame
 }
 
 type backupReq struct {
@@ -125,13 +129,21 @@ type backupReq struct {
 	data []byte
 }
 
+// maxFrameBytes is the largest item-log record: a request's part in one
+// partition is one frame, and its encoding can outgrow the request body
+// (--max-body) for tiny events. It bounds nothing a client controls:
+// bodies are limited before this, and a damaged length on disk is bounded
+// by the file's size when read back.
+const maxFrameBytes = 1 << 30
+
 // newJobFT opens the job's item logs. It does not recover: see recover.
 func newJobFT(spec Spec, store ft.Store, dataDir string, k ftKind, hub *Hub, log *slog.Logger) (*jobFT, error) {
 	f := &jobFT{
 		name: spec.Name, spec: spec.FT, bounds: spec.FT.bounds(), store: store, hub: hub, log: log,
-		dir:     filepath.Join(dataDir, spec.Name),
+		root: dataDir, dir: filepath.Join(dataDir, spec.Name),
 		backups: make(chan backupReq, 4), backupDone: make(chan struct{}),
 	}
+	f.reqs.durable = make([]uint64, spec.Partitions)
 	ops := k.units()
 	for _, op := range ops {
 		u := &stateUnit{f: f, op: op, parts: op.partitions(), key: ft.Key{Job: spec.Name, Partition: ft.GlobalPartition}}
@@ -141,18 +153,14 @@ func newJobFT(spec Spec, store ft.Store, dataDir string, k ftKind, hub *Hub, log
 		f.units = append(f.units, u)
 	}
 	for i := range spec.Partitions {
-		pf := &partFT{mode: spec.FT.Mode}
+		pf := &partFT{index: i, mode: spec.FT.Mode}
 		var err error
-		if pf.log, err = ft.OpenItemLog(dataDir, ft.Key{Job: spec.Name, Partition: i}); err != nil {
+		if pf.log, err = ft.OpenItemLogConfig(dataDir, ft.Key{Job: spec.Name, Partition: i}, ft.ItemLogConfig{MaxPayload: maxFrameBytes}); err != nil {
 			f.closeFiles()
 			return nil, fmt.Errorf("item log of partition %d: %w", i, err)
 		}
 		// The high-water mark sits next to the partition's item log.
-		partDir := filepath.Join(f.dir, strconv.Itoa(i))
-		if err = os.MkdirAll(partDir, 0o755); err == nil {
-			pf.mark, err = os.OpenFile(filepath.Join(partDir, "seq"), os.O_RDWR|os.O_CREATE, 0o644)
-		}
-		if err != nil {
+		if pf.mark, err = ft.OpenSeqMark(dataDir, ft.Key{Job: spec.Name, Partition: i}); err != nil {
 			f.parts = append(f.parts, pf)
 			f.closeFiles()
 			return nil, fmt.Errorf("sequence mark of partition %d: %w", i, err)
@@ -204,16 +212,18 @@ func (f *jobFT) gamma() int {
 
 // pushed is called by a partition queue, under its lock, when a batch got
 // its sequence numbers: in exact mode every record goes to the item log
-// (the caller commits before replying); in approx mode, once more than l
-// events are pending (queued or being processed) without an item backup,
-// all of them are logged. The high-water mark of handed-out sequence
-// numbers is written either way.
-func (p *partFT) pushed(q *queue, b *batch) error {
+// (the caller commits before replying), as one frame, tagged with its
+// request req when that spans several partitions; in approx mode, once
+// more than l events are pending (queued or being processed) without an
+// item backup, all of them are logged, a frame per batch. The high-water
+// mark of handed-out sequence numbers is written either way.
+func (p *partFT) pushed(q *queue, b *batch, req *ftRequest) error {
 	switch p.mode {
 	case ft.ModeExact:
-		if err := p.logRecords(b.recs); err != nil {
+		if err := p.logFrame(b.recs, req.tagFor()); err != nil {
 			return err
 		}
+		req.logged(p.index, b.recs[0].Seq, b.recs[len(b.recs)-1].Seq)
 		b.logged = true
 	case ft.ModeApprox:
 		p.unlogged += len(b.recs)
@@ -221,7 +231,7 @@ func (p *partFT) pushed(q *queue, b *batch) error {
 			for _, list := range [][]*batch{q.mu.inflight, q.mu.batches, {b}} {
 				for _, qb := range list {
 					if !qb.logged {
-						if err := p.logRecords(qb.recs); err != nil {
+						if err := p.logFrame(qb.recs, nil); err != nil {
 							return err
 						}
 						qb.logged = true
@@ -234,29 +244,22 @@ func (p *partFT) pushed(q *queue, b *batch) error {
 			}
 		}
 	}
-	binary.LittleEndian.PutUint64(p.markBuf[:], b.recs[len(b.recs)-1].Seq)
-	_, err := p.mark.WriteAt(p.markBuf[:], 0)
-	return err
+	return p.mark.Write(b.recs[len(b.recs)-1].Seq)
 }
 
-func (p *partFT) logRecords(recs []Record) error {
+// logFrame appends recs (consecutive sequence numbers) to the item log as
+// one frame: after a crash they are replayed all or none.
+func (p *partFT) logFrame(recs []Record, tag []byte) error {
+	p.frame.Reset(recs[0].Seq, tag)
 	for i := range recs {
 		p.buf = appendRecord(p.buf[:0], &recs[i])
-		if err := p.log.Append(recs[i].Seq, p.buf); err != nil {
-			return err
-		}
+		p.frame.Add(p.buf)
+	}
+	if err := p.log.AppendFrame(&p.frame); err != nil {
+		return err
 	}
 	p.logged.Add(int64(len(recs)))
 	return nil
-}
-
-// readMark returns the last sequence number handed out before a restart.
-func (p *partFT) readMark() uint64 {
-	var b [8]byte
-	if n, _ := p.mark.ReadAt(b[:], 0); n != 8 {
-		return 0
-	}
-	return binary.LittleEndian.Uint64(b[:])
 }
 
 // replayBudget caps the events a recovery may have to replay from item
@@ -387,8 +390,9 @@ func (f *jobFT) write(req backupReq) {
 	}
 	u.stats.bytes.Add(int64(len(req.data)))
 	u.stats.last.Store(meta.Created.UnixMilli())
+	upTo := f.reqs.backedUp(u.parts, meta.LastSeqs)
 	for i, p := range u.parts {
-		if err := f.parts[p].log.TruncateBefore(meta.LastSeqs[i]); err != nil {
+		if err := f.parts[p].log.TruncateBefore(upTo[i]); err != nil {
 			f.log.Warn("fault tolerance: item log truncation", "job", f.name, "partition", p, "err", err)
 		}
 	}
@@ -405,10 +409,6 @@ func (f *jobFT) write(req backupReq) {
 	}
 }
 
-// cleanMarker is the file a graceful shutdown leaves, so that the next
-// start knows nothing was lost and counts no failure.
-func (f *jobFT) cleanMarker() string { return filepath.Join(f.dir, "clean") }
-
 // close takes a last full backup of the drained state, waits for the
 // writer, and marks the shutdown clean.
 func (f *jobFT) close() {
@@ -424,9 +424,7 @@ func (f *jobFT) close() {
 		_ = p.log.Commit()
 	}
 	if f.errors.Load() == 0 {
-		if err := os.WriteFile(f.cleanMarker(), nil, 0o644); err != nil {
-			f.log.Warn("fault tolerance: clean marker", "job", f.name, "err", err)
-		}
+		f.markClean()
 	}
 	f.closeFiles()
 }
@@ -447,6 +445,13 @@ type RecoveryReport struct {
 	// them per partition as inclusive sequence-number ranges.
 	Lost       int64         `json:"lost"`
 	LostRanges [][][2]uint64 `json:"lost_ranges"`
+	// Unacknowledged counts, in mode exact, the events of requests that a
+	// crash cut short before their 202: not in the item log, or in it only
+	// in part (then dropped whole, so that a request is replayed all or
+	// none). They were never accepted, so they are not lost. When the item
+	// log is damaged beyond a torn tail, or a damaged backup was passed
+	// over, acknowledged events may be among them: they count as lost then.
+	Unacknowledged int64 `json:"unacknowledged"`
 	// Bound is the bound that held (the job's promise over any number of
 	// crashes); Within says whether the measured loss stayed inside it.
 	Bound      ft.Bound      `json:"bound"`
@@ -594,17 +599,11 @@ func (f *jobFT) status(j *Job) *FTStatus {
 // keepRecoveries is how many recovery reports a job keeps.
 const keepRecoveries = 20
 
-// recordRecovery appends rep to the job's recovery history on disk. The
-// history is for people; failing to write it only logs.
+// recordRecovery appends rep to the job's recovery history on disk
+// (ft.RecoveryHistory). The history is for people: a damaged one is
+// started afresh, and failing to write it only logs; both are in rep.
 func (f *jobFT) recordRecovery(rep *RecoveryReport) {
-	file := filepath.Join(f.dir, "recoveries.json")
-	var hist []RecoveryReport
-	if data, err := os.ReadFile(file); err == nil {
-		if err := json.Unmarshal(data, &hist); err != nil {
-			f.log.Warn("fault tolerance: unreadable recovery history, starting a new one", "job", f.name, "err", err)
-			hist = nil
-		}
-	}
+	hist := f.readHistory(rep)
 	hist = append(hist, *rep)
 	if len(hist) > keepRecoveries {
 		hist = hist[len(hist)-keepRecoveries:]
@@ -612,14 +611,66 @@ func (f *jobFT) recordRecovery(rep *RecoveryReport) {
 	f.history = hist
 	data, err := json.Marshal(hist)
 	if err == nil {
-		tmp := file + ".tmp"
-		if err = os.WriteFile(tmp, data, 0o644); err == nil {
-			err = os.Rename(tmp, file)
-		}
+		err = ft.WriteJobFile(f.root, f.name, ft.RecoveryHistory, data, false)
 	}
 	if err != nil {
 		f.log.Warn("fault tolerance: writing the recovery history", "job", f.name, "err", err)
 	}
+}
+
+// readHistory reads the recovery history: checksummed, or of the earlier
+// version (plain JSON, read once). A damaged history is reported in rep
+// and replaced by a new one.
+func (f *jobFT) readHistory(rep *RecoveryReport) []RecoveryReport {
+	data, legacy, err := ft.ReadJobFile(f.root, f.name, ft.RecoveryHistory)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	var hist []RecoveryReport
+	if err == nil {
+		if err = json.Unmarshal(data, &hist); err != nil && legacy {
+			err = fmt.Errorf("%d bytes without a checksum: %w", len(data), err)
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("recovery history: %w", err)
+		rep.Skipped = append(rep.Skipped, err.Error())
+		f.log.Warn("fault tolerance: damaged recovery history, starting a new one", "job", f.name, "err", err)
+		return nil
+	}
+	return hist
+}
+
+// markClean leaves the clean-shutdown marker (ft.CleanMarker), durably: the
+// next start knows nothing was lost and counts no failure.
+func (f *jobFT) markClean() {
+	data, _ := json.Marshal(map[string]any{"at": time.Now().UTC()})
+	if err := ft.WriteJobFile(f.root, f.name, ft.CleanMarker, data, true); err != nil {
+		f.log.Warn("fault tolerance: clean marker", "job", f.name, "err", err)
+	}
+}
+
+// takeClean reports whether the last shutdown left the clean marker, and
+// removes it: the next start must find it written anew. A damaged marker
+// counts as a crash (nothing it says can be believed) and is reported in
+// rep; the earlier version's marker, an empty file, counts as clean.
+func (f *jobFT) takeClean(rep *RecoveryReport) bool {
+	data, legacy, err := ft.ReadJobFile(f.root, f.name, ft.CleanMarker)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	clean := err == nil && (!legacy || len(data) == 0)
+	if !clean {
+		if err == nil {
+			err = fmt.Errorf("clean marker of %d bytes without a checksum", len(data))
+		}
+		rep.Skipped = append(rep.Skipped, err.Error())
+		f.log.Warn("fault tolerance: damaged clean-shutdown marker: counted as a crash", "job", f.name, "err", err)
+	}
+	if err := ft.RemoveJobFile(f.root, f.name, ft.CleanMarker); err != nil {
+		f.log.Warn("fault tolerance: removing the clean marker", "job", f.name, "err", err)
+	}
+	return clean
 }
 
 // Recovery is the report of the job's last recovery from backups, or nil.

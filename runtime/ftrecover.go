@@ -2,9 +2,11 @@ package runtime
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
-	"os"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/mlstream/mlstream/ft"
@@ -37,16 +39,14 @@ func (j *Job) recover() (*RecoveryReport, error) {
 		}
 		rep.Backups += n
 	}
-	_, statErr := os.Stat(f.cleanMarker())
-	clean := statErr == nil
-	if clean {
-		_ = os.Remove(f.cleanMarker())
-	}
-	marks := make([]uint64, len(j.parts))
-	hadData := restored
-	for i, p := range f.parts {
-		marks[i] = p.readMark()
-		hadData = hadData || marks[i] > 0
+	// With a damaged backup passed over, the item log may have been
+	// truncated past what the restored state holds.
+	backupDamage := len(rep.Skipped) > 0
+	clean := f.takeClean(rep)
+	marks, damagedMarks := f.readMarks(rep)
+	hadData := restored || damagedMarks
+	for _, m := range marks {
+		hadData = hadData || m > 0
 	}
 	if hadData && !clean {
 		failures++
@@ -63,23 +63,9 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	rep.Failures = failures
 
 	f.recovered(base)
-	rep.LostRanges = make([][][2]uint64, len(j.parts))
-	covered := make([]uint64, len(j.parts))
-	for i, part := range j.parts {
-		n, last, lost, err := j.replay(i, base[i])
-		if err != nil {
-			return nil, fmt.Errorf("replaying partition %d: %w", i, err)
-		}
-		if marks[i] > last {
-			lost = append(lost, [2]uint64{last + 1, marks[i]})
-		}
-		rep.Replayed += n
-		for _, r := range lost {
-			rep.Lost += int64(r[1] - r[0] + 1)
-		}
-		rep.LostRanges[i] = lost
-		covered[i] = max(marks[i], last)
-		part.q.mu.nextSeq = covered[i] + 1
+	covered, err := j.replayLogs(rep, base, marks, backupDamage)
+	if err != nil {
+		return nil, err
 	}
 	// What is lost is gone for good: the state now stands for every
 	// sequence number handed out, so the next recovery does not count the
@@ -102,6 +88,84 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	}
 	rep.DurationMs = float64(time.Since(start).Microseconds()) / 1e3
 	return rep, nil
+}
+
+// replayLogs replays every partition's item log onto the restored state
+// (base: per partition, the last event it holds), measures what is lost
+// against the sequence marks, and returns, per partition, the last
+// sequence number accounted for: new events are numbered after it.
+// backupDamage says that a damaged backup was passed over.
+func (j *Job) replayLogs(rep *RecoveryReport, base, marks []uint64, backupDamage bool) (covered []uint64, err error) {
+	f := j.ft
+	reqs, err := f.findRequests()
+	if err != nil {
+		return nil, err
+	}
+	rep.LostRanges = make([][][2]uint64, len(j.parts))
+	covered = make([]uint64, len(j.parts))
+	for i, part := range j.parts {
+		r, err := j.replay(i, base[i], reqs)
+		if err != nil {
+			return nil, fmt.Errorf("replaying partition %d: %w", i, err)
+		}
+		// Handed out, and in neither the state nor the item log (or only
+		// as part of a cut request). In mode exact such events never had
+		// their 202 (it comes after the fsync), unless damage to the log
+		// or the backups may have taken acknowledged ones.
+		missing := append(r.gaps, r.unacked...)
+		if marks[i] > r.last {
+			missing = append(missing, [2]uint64{r.last + 1, marks[i]})
+		}
+		lost := r.unreadable
+		if f.spec.Mode == ft.ModeExact && !r.damaged && !backupDamage {
+			rep.Unacknowledged = addRanges(rep.Unacknowledged, missing)
+		} else {
+			lost = append(lost, missing...)
+		}
+		rep.Replayed += r.n
+		slices.SortFunc(lost, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+		rep.Lost = addRanges(rep.Lost, lost)
+		rep.LostRanges[i] = lost
+		// Never below what the item log holds: its appends must go on
+		// above its last record, or every request would fail.
+		covered[i] = max(marks[i], r.last, f.parts[i].log.LastSeq())
+		part.q.mu.nextSeq = covered[i] + 1
+	}
+	f.reqs.recovered(base, reqs)
+	return covered, nil
+}
+
+// readMarks reads the partitions' sequence marks. A damaged one reads as
+// 0: the events accepted after the last one the state and the item log
+// hold cannot be counted then, which the report says.
+func (f *jobFT) readMarks(rep *RecoveryReport) (marks []uint64, damaged bool) {
+	marks = make([]uint64, len(f.parts))
+	for i, p := range f.parts {
+		m, err := p.mark.Read()
+		if err != nil {
+			damaged = true
+			rep.Skipped = append(rep.Skipped, err.Error()+" (events accepted after the last one in the backups and the item log are not counted as lost)")
+			f.log.Warn("fault tolerance: damaged sequence mark", "job", f.name, "partition", i, "err", err)
+		}
+		marks[i] = m
+	}
+	return marks, damaged
+}
+
+// addRanges adds the sizes of inclusive ranges to a count, saturating at
+// the largest int64 rather than wrapping to a negative count.
+func addRanges(lost int64, ranges [][2]uint64) int64 {
+	for _, r := range ranges {
+		if r[1] < r[0] {
+			continue
+		}
+		n := r[1] - r[0] + 1
+		if n == 0 || n > uint64(math.MaxInt64-lost) {
+			return math.MaxInt64
+		}
+		lost += int64(n)
+	}
+	return lost
 }
 
 // compensator is implemented by units whose reported bounds widen after a
@@ -174,13 +238,24 @@ func (u *stateUnit) restore(rep *RecoveryReport) (ft.BackupMeta, int, error) {
 	return meta, n, nil
 }
 
+// replayed is what replaying one partition's item log found.
+type replayed struct {
+	n          int         // events replayed
+	last       uint64      // the last sequence number the partition has now seen
+	gaps       [][2]uint64 // sequence numbers in no record of the log (inclusive ranges)
+	unreadable [][2]uint64 // in intact records that cannot be decoded
+	unacked    [][2]uint64 // events of requests logged only in part: dropped
+	damaged    bool        // damage beyond a torn tail: the log may have lost acknowledged events
+}
+
 // replay feeds partition i the item-logged events after seq `after`, in
-// order, through its operator, and returns how many, the last sequence
+// order, through its operator, and reports how many, the last sequence
 // number the partition has now seen, and the gaps (inclusive ranges) in
-// between: events that were never logged.
-func (j *Job) replay(i int, after uint64) (n int, last uint64, gaps [][2]uint64, err error) {
+// between: events that were never logged, or unreadable. The parts of
+// requests that reqs says are not whole are skipped, gaps neither.
+func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err error) {
 	part := j.parts[i]
-	last = after
+	r.last = after
 	var recs []Record
 	var a arena
 	flush := func() {
@@ -191,28 +266,102 @@ func (j *Job) replay(i int, after uint64) (n int, last uint64, gaps [][2]uint64,
 			a = arena{}
 		}
 	}
-	n, err = j.ft.parts[i].log.Replay(after, func(seq uint64, payload []byte) error {
-		var r Record
-		if err := decodeRecord(payload, &r, &a); err != nil {
-			return nil // intact frame, unreadable record: counted as lost below
+	skipTo := func(first, last uint64) {
+		if first > r.last+1 {
+			r.gaps = append(r.gaps, [2]uint64{r.last + 1, first - 1})
 		}
-		r.Seq = seq
-		if seq > last+1 {
-			gaps = append(gaps, [2]uint64{last + 1, seq - 1})
+		r.last = last
+	}
+	event := func(seq uint64, payload []byte) error {
+		skipTo(seq, seq)
+		var rec Record
+		if err := decodeRecord(payload, &rec, &a); err != nil {
+			// Intact, so accepted, but unreadable: lost.
+			r.unreadable = append(r.unreadable, [2]uint64{seq, seq})
+			return nil
 		}
-		last = seq
-		recs = append(recs, r)
+		rec.Seq = seq
+		recs = append(recs, rec)
+		r.n++
 		if len(recs) == 1024 {
 			flush()
 		}
 		return nil
+	}
+	_, err = j.ft.parts[i].log.ReplayFrames(after, func(fr *ft.StoredFrame) error {
+		if len(fr.Tag) > 0 && !reqs.whole(fr.Tag, len(j.parts)) {
+			// Not acknowledged, and not whole: none of it.
+			first := max(fr.First, fr.After+1)
+			skipTo(first, fr.Last)
+			r.unacked = append(r.unacked, [2]uint64{first, fr.Last})
+			return nil
+		}
+		return fr.Each(event)
 	})
 	var damage *ft.ReplayDamage
 	if errors.As(err, &damage) {
 		j.ft.log.Warn("fault tolerance: damaged item log", "job", j.spec.Name, "partition", i, "err", err)
+		r.damaged = !damage.TornTail
 		err = nil
 	}
 	flush()
 	part.op.idle(true)
-	return n, last, gaps, err
+	return r, err
+}
+
+// foundRequests are the multi-partition requests (mode exact) whose parts
+// the item logs hold: id -> the parts found, per partition.
+type foundRequests map[uint64]*foundRequest
+
+type foundRequest struct {
+	parts []int             // the partitions the request spans, from its tag
+	found map[int][2]uint64 // the parts in the logs: first and last seq
+}
+
+// findRequests reads the tags of every frame in every partition's item
+// log (all of them, those the state holds too: a part's presence is what
+// tells a whole request from a cut one).
+func (f *jobFT) findRequests() (foundRequests, error) {
+	reqs := foundRequests{}
+	for i, p := range f.parts {
+		_, err := p.log.ReplayFrames(0, func(fr *ft.StoredFrame) error {
+			if len(fr.Tag) == 0 {
+				return nil
+			}
+			id, parts, err := decodeTag(fr.Tag, len(f.parts))
+			if err != nil {
+				return nil // replay counts its events as unreadable
+			}
+			r := reqs[id]
+			if r == nil {
+				r = &foundRequest{parts: parts, found: map[int][2]uint64{}}
+				reqs[id] = r
+			}
+			r.found[i] = [2]uint64{fr.First, fr.Last}
+			return nil
+		})
+		if err != nil && !errors.Is(err, ft.ErrCorrupt) {
+			return nil, fmt.Errorf("reading the item log of partition %d: %w", i, err)
+		}
+	}
+	return reqs, nil
+}
+
+// whole says whether every part of the request tagged tag is in the logs.
+func (reqs foundRequests) whole(tag []byte, n int) bool {
+	id, _, err := decodeTag(tag, n)
+	return err == nil && reqs.wholeID(id)
+}
+
+func (reqs foundRequests) wholeID(id uint64) bool {
+	r := reqs[id]
+	if r == nil {
+		return false
+	}
+	for _, p := range r.parts {
+		if _, ok := r.found[p]; !ok {
+			return false
+		}
+	}
+	return true
 }

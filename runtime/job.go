@@ -188,7 +188,7 @@ func (j *Job) start(hub *Hub) error {
 			j.ft.closeFiles()
 			return err
 		}
-		if rep.Backups > 0 || rep.Replayed > 0 || rep.Lost > 0 {
+		if rep.Backups > 0 || rep.Replayed > 0 || rep.Lost > 0 || len(rep.Skipped) > 0 {
 			for _, p := range j.parts {
 				p.group.restart()
 			}

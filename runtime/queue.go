@@ -113,8 +113,9 @@ func (q *queue) reserve(ctx context.Context, n int) error {
 // unreserve gives back room that was reserved but not used.
 func (q *queue) unreserve(n int) { q.room.Release(int64(n)) }
 
-// push appends reserved records, stamping their sequence numbers.
-func (q *queue) push(recs []Record, now time.Time) error {
+// push appends reserved records, stamping their sequence numbers; req is
+// their request's share of the job in mode exact, or nil.
+func (q *queue) push(recs []Record, now time.Time, req *ftRequest) error {
 	q.mu.Lock()
 	if q.mu.closed {
 		q.mu.Unlock()
@@ -126,7 +127,7 @@ func (q *queue) push(recs []Record, now time.Time) error {
 	}
 	b := &batch{recs: recs, enqueued: now}
 	if q.ft != nil {
-		if err := q.ft.pushed(q, b); err != nil {
+		if err := q.ft.pushed(q, b, req); err != nil {
 			q.mu.Unlock()
 			return fmt.Errorf("%w: %v", ErrDurability, err)
 		}

@@ -264,6 +264,11 @@ func serve(ctx context.Context, o serverOptions) error {
 		if err := os.MkdirAll(o.data, 0o755); err != nil {
 			return fmt.Errorf("--data: %w", err)
 		}
+		unlock, err := ft.LockDir(o.data) // one process per data directory
+		if err != nil {
+			return fmt.Errorf("--data: %w", err)
+		}
+		defer unlock()
 	}
 
 	var store ft.Store
