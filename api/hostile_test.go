@@ -74,7 +74,9 @@ func (ts *testServer) healthy(stream string) {
 	if code, body := ts.post(stream, `{"key":"k","label":1,"features":{"x":1,"y":2}}`); code != http.StatusAccepted {
 		ts.t.Fatalf("a normal post after the hostile one: %d %v", code, body)
 	}
-	resp, err := http.Get(ts.http.URL + "/v1/jobs")
+	req, _ := http.NewRequest("GET", ts.http.URL+"/v1/jobs", nil)
+	ts.authorize(req.Header)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		ts.t.Fatal(err)
 	}
