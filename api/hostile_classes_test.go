@@ -98,4 +98,3 @@ func (ts *testServer) send(method, path, token, ctype, body string) (int, map[st
 	}
 	return code, out
 }
-
