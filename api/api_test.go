@@ -397,3 +397,29 @@ func TestSlowWebSocketClientDoesNotSlowIngest(t *testing.T) {
 		}
 	}
 }
+
+// A paused job takes events until its queues are full, then ingest
+// answers 429; resumed, it processes what was queued.
+func TestPauseAndResumeOverHTTP(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putJob("p", `{"kind":"distinct","input":"s","partitions":1,"queue_size":4,"params":{"field":"u"}}`)
+	if code, _, body := ts.do("POST", "/v1/jobs/p/pause", "", nil); code != 200 || body["paused"] != true {
+		t.Fatalf("pause: %d %v", code, body)
+	}
+	lines := `{"u":"a"}` + "\n" + `{"u":"b"}` + "\n" + `{"u":"c"}` + "\n" + `{"u":"d"}`
+	if code, body := ts.post("s", lines); code != http.StatusAccepted {
+		t.Fatalf("filling the queue: %d %v", code, body)
+	}
+	if code, body := ts.post("s", `{"u":"e"}`); code != http.StatusTooManyRequests {
+		t.Fatalf("a post to a paused job's full queue: %d %v, want 429", code, body)
+	}
+	if code, _, body := ts.do("POST", "/v1/jobs/p/resume", "", nil); code != 200 || body["paused"] != false {
+		t.Fatalf("resume: %d %v", code, body)
+	}
+	if st := ts.waitProcessed("p"); st.Processed != 4 {
+		t.Fatalf("processed %d after resume, want 4", st.Processed)
+	}
+	if code, _, _ := ts.do("POST", "/v1/jobs/nope/pause", "", nil); code != 404 {
+		t.Fatalf("pause of an unknown job: %d", code)
+	}
+}

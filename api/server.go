@@ -100,6 +100,8 @@ func New(cfg Config) *Server {
 		})
 		r.With(admin).Put("/jobs/{job}", s.putJob)
 		r.With(admin).Delete("/jobs/{job}", s.deleteJob)
+		r.With(admin).Post("/jobs/{job}/pause", s.pauseJob)
+		r.With(admin).Post("/jobs/{job}/resume", s.resumeJob)
 	})
 	if cfg.Dashboard != nil {
 		r.Handle("/*", cfg.Dashboard)
