@@ -157,9 +157,11 @@ class Client:
         """The status of every job."""
         return self.request("GET", "/v1/jobs")["jobs"]
 
-    def job(self, name: str) -> "Job":
-        """The job ``name`` (no request is made until it is used)."""
-        return Job(self, name)
+    def job(self, name: str, *, input: Optional[str] = None) -> "Job":
+        """The job ``name`` (no request is made until it is used). Pass its
+        ``input`` stream to learn with a token of the ingest scope only
+        (reading the spec needs the read scope)."""
+        return Job(self, name, input=input)
 
     def create_job(self, spec: Union[Dict[str, Any], str, pathlib.Path], name: Optional[str] = None) -> "Job":
         """Declares a job from a dict, a JSON or YAML text, or a file path.
@@ -194,21 +196,32 @@ class Client:
     def send(self, stream: str, events: Iterable[Dict[str, Any]], *, batch_size: Optional[int] = None) -> int:
         """Posts events in batches, waiting and retrying on 429 as the server
         asks; a batch over a size limit (413) is halved. Returns how many
-        events were accepted. A batch that fails otherwise raises, and the
-        batches before it stay accepted."""
-        accepted = 0
-        for batch in _chunks(events, batch_size or self.batch_size):
-            accepted += self._send_batch(stream, batch)
-        return accepted
+        events were accepted.
 
-    def _send_batch(self, stream: str, batch: List[Dict[str, Any]]) -> int:
+        A batch that fails otherwise raises its :class:`APIError`, and the
+        batches before it stay accepted: ``err.accepted`` counts them, and
+        ``err.index`` is the position of the refused event in ``events``
+        (0-based; None when the server named no line).
+        """
+        accepted = [0]
         try:
-            return self._post_retrying(stream, batch)["accepted"]
+            for batch in _chunks(events, batch_size or self.batch_size):
+                self._send_batch(stream, batch, accepted)
+        except APIError as err:
+            err.accepted = accepted[0]
+            err.index = accepted[0] + err.line - 1 if err.line else None
+            raise
+        return accepted[0]
+
+    def _send_batch(self, stream: str, batch: List[Dict[str, Any]], accepted: List[int]) -> None:
+        try:
+            accepted[0] += self._post_retrying(stream, batch)["accepted"]
         except PayloadTooLarge:
             if len(batch) < 2:
                 raise
             half = len(batch) // 2
-            return self._send_batch(stream, batch[:half]) + self._send_batch(stream, batch[half:])
+            self._send_batch(stream, batch[:half], accepted)
+            self._send_batch(stream, batch[half:], accepted)
 
     def _post_retrying(self, stream: str, batch: List[Dict[str, Any]]) -> Dict[str, Any]:
         deadline = time.monotonic() + self.retry_timeout
@@ -245,9 +258,10 @@ class Client:
 class Job:
     """One job of the service, with River's and scikit-learn's manners."""
 
-    def __init__(self, client: Client, name: str):
+    def __init__(self, client: Client, name: str, *, input: Optional[str] = None):
         self.client = client
         self.name = name
+        self._input = input
         self._status: Optional[Dict[str, Any]] = None
 
     def __repr__(self) -> str:
@@ -273,7 +287,7 @@ class Job:
     @property
     def input(self) -> str:
         """The stream the job reads (``learn_*`` post there)."""
-        stream = self.spec.get("input")
+        stream = self._input or self.spec.get("input")
         if not stream:
             raise MlstreamError(f"job {self.name!r} of kind {self.spec.get('kind')!r} reads no single input stream "
                                 f"(a join reads 'left' and 'right'): post with client.send(stream, events)")

@@ -21,7 +21,9 @@ class APIError(MlstreamError):
     Attributes: ``status`` (HTTP status), ``error`` (the server's message),
     ``line`` and ``field`` (``None`` when the server named none), ``body``
     (the whole decoded JSON body, or ``{}``), ``method`` and ``path`` of the
-    request.
+    request; from a batched send (``learn_many``), ``accepted`` (events
+    accepted by the requests before) and ``index`` (the refused event's
+    0-based position in the input).
     """
 
     def __init__(self, status: int, body: Optional[dict] = None, *, method: str = "", path: str = "",
@@ -33,6 +35,10 @@ class APIError(MlstreamError):
         self.field: Optional[str] = self.body.get("field")
         self.method = method
         self.path = path
+        # Set by batched sends: events accepted before this request, and the
+        # refused event's position in the whole input.
+        self.accepted: Optional[int] = None
+        self.index: Optional[int] = None
         super().__init__(self._describe())
 
     def _describe(self) -> str:

@@ -1,0 +1,75 @@
+"""The WebSocket feed as typed messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlstream import Client, Forbidden, Unauthorized
+from mlstream.messages import Distinct, Message, Prediction, Stats, TopK, parse
+
+from conftest import TOKENS
+
+
+def test_subscribe_predictions_misses_nothing(logreg):
+    # subscribe() returns once the server has subscribed the connection:
+    # events posted right after it all come back as predictions.
+    with logreg.subscribe("prediction", timeout=20) as feed:
+        rows = [({"a": i % 7, "b": "x" if i % 2 else "y"}, i % 2) for i in range(30)]
+        logreg.learn_many(rows, keys=[f"k{i}" for i in range(30)])
+        got = [next(feed) for _ in range(30)]
+    assert all(isinstance(m, Prediction) for m in got)
+    assert sorted(m.key for m in got) == sorted(f"k{i}" for i in range(30))
+    for m in got:
+        assert m.job == logreg.name and 0 < m.p < 1
+        assert m.label == int(m.key[1:]) % 2
+        assert m.seq > 0 and m.ts > 0 and m.model_version >= 0
+        assert m.raw["type"] == "prediction"
+
+
+def test_subscribe_stats_and_iteration_stops_at_close(logreg):
+    feed = logreg.subscribe("stats", timeout=20)
+    msg = next(iter(feed))
+    assert isinstance(msg, Stats)
+    assert msg.stats["name"] == logreg.name and msg.dropped == 0
+    feed.close()
+    assert list(feed) == []
+
+
+def test_subscribe_synopses(client, unique):
+    hh = client.create_job({"name": unique + "h", "kind": "heavy_hitters", "input": unique, "partitions": 1,
+                            "params": {"field": "key", "k": 2}})
+    dc = client.create_job({"name": unique + "d", "kind": "distinct", "input": unique, "partitions": 1,
+                            "params": {"field": "key"}})
+    with client.subscribe([hh.name, dc.name], ["topk", "distinct"], timeout=20) as feed:
+        client.send(unique, [{"key": k} for k in "aaabbc"])
+        seen = {}
+        for msg in feed:
+            seen[type(msg)] = msg
+            if TopK in seen and Distinct in seen:
+                break
+    assert seen[TopK].job == hh.name and seen[TopK].topk["items"][0]["key"] == "a"
+    assert seen[Distinct].job == dc.name and seen[Distinct].distinct["estimate"] > 0
+
+
+def test_subscribe_with_a_timeout(logreg):
+    with logreg.subscribe("prediction", timeout=0.2) as feed:
+        with pytest.raises(TimeoutError):
+            next(feed)
+
+
+def test_subscribe_refusals(server, logreg):
+    with pytest.raises(Unauthorized):
+        Client(server.url).job(logreg.name).subscribe("prediction")
+    with pytest.raises(Forbidden):
+        Client(server.url, TOKENS["ingest"]).job(logreg.name).subscribe("prediction")
+    with Client(server.url, TOKENS["read"]).job(logreg.name).subscribe("stats", timeout=20) as feed:
+        assert isinstance(next(feed), Stats)
+    with pytest.raises(ValueError, match="unknown message type"):
+        logreg.subscribe("predictions")
+
+
+def test_parse_keeps_unknown_types_and_fields():
+    m = parse({"type": "novel", "job": "j", "x": 1})
+    assert type(m) is Message and m.raw["x"] == 1
+    p = parse({"type": "prediction", "job": "j", "key": "k", "p": 0.5, "new_field": True})
+    assert isinstance(p, Prediction) and p.label is None and p.raw["new_field"] is True
