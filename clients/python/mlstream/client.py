@@ -312,8 +312,9 @@ class Job:
     # --- learning and predicting --------------------------------------------
 
     def learn_one(self, x: Features, y: Any, *, key: Any = None, ts: Any = None) -> None:
-        """Posts one labelled event: learned after it is predicted (progressive validation)."""
-        self.client.post_events(self.input, [_event(x, y, key, ts)])
+        """Posts one labelled event, learned after it is predicted (progressive
+        validation); waits and retries on 429 as ``learn_many`` does."""
+        self.client.send(self.input, [_event(x, y, key, ts)])
 
     def learn_many(self, X: Any, y: Any = None, *, keys: Optional[Sequence[Any]] = None,
                    batch_size: Optional[int] = None) -> int:

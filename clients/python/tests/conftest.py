@@ -34,12 +34,12 @@ SERVING = re.compile(r'msg="mlstream serving" addr=(\S+)')
 class Server:
     """A running mlstream serve; its log is kept for failure reports."""
 
-    def __init__(self, binary: pathlib.Path):
+    def __init__(self, binary: pathlib.Path, addr: str = "127.0.0.1:0"):
         env = dict(os.environ, MLSTREAM_TOKENS=",".join(f"{s}:{t}" for s, t in TOKENS.items()))
         env.pop("MLSTREAM_URL", None)
         env.pop("MLSTREAM_TOKEN", None)
         self.proc = subprocess.Popen(
-            [str(binary), "serve", "--addr", "127.0.0.1:0", "--data", "", "--partitions", "2"],
+            [str(binary), "serve", "--addr", addr, "--data", "", "--partitions", "2"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
         self.log: List[str] = []
         found = threading.Event()

@@ -128,7 +128,7 @@ def test_learn_many_error_names_line_and_field(logreg):
     with pytest.raises(BadRequest) as exc:
         logreg.learn_one({"a": 1, "nested": {"b": 2}}, 1)
     assert exc.value.line == 1 and exc.value.field.startswith("features")
-    assert exc.value.accepted is None  # one request, not a batched send
+    assert (exc.value.accepted, exc.value.index) == (0, 0)
     # Across batches: the earlier ones stay accepted, and index locates the row.
     rows = [({"a": i}, 7 if i == 6 else 1) for i in range(10)]
     with pytest.raises(BadRequest) as exc:
