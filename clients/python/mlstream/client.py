@@ -430,15 +430,21 @@ class Subscription:
         try:
             self._ws = self._run(_ws_connect(url, client.token, client.timeout, client._parts.scheme == "https"))
             if wait_live:
-                first = self._receive(client.timeout)
-                if self._wanted(first):
-                    self._pending.append(first)
+                self._wait_live(client.timeout)
         except BaseException:
             self._loop.close()
             raise
 
     def _run(self, coro: Any) -> Any:
         return self._loop.run_until_complete(coro)
+
+    def _wait_live(self, timeout: float) -> None:
+        try:
+            first = self._receive(timeout)
+        except StopIteration:
+            raise MlstreamError("the feed closed before its first message") from None
+        if self._wanted(first):
+            self._pending.append(first)
 
     def _receive(self, timeout: Optional[float]) -> messages.Message:
         import websockets
