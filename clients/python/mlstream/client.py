@@ -67,6 +67,9 @@ class Client:
         self._parts = parts
         self._base_path = parts.path.rstrip("/")
         self._local = threading.local()
+        # Every thread's connection, so that close() reaches them all.
+        self._conns: set = set()
+        self._conns_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Client({self.url!r})"
@@ -118,7 +121,7 @@ class Client:
 
     def _connection(self) -> Tuple[http.client.HTTPConnection, bool]:
         conn = getattr(self._local, "conn", None)
-        if conn is not None:
+        if conn is not None and conn.sock is not None:
             return conn, True
         host, port = self._parts.hostname, self._parts.port
         if self._parts.scheme == "https":
@@ -126,17 +129,26 @@ class Client:
         else:
             conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
         self._local.conn = conn
+        with self._conns_lock:
+            self._conns.add(conn)
         return conn, False
 
     def _drop_connection(self) -> None:
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
         if conn is not None:
+            with self._conns_lock:
+                self._conns.discard(conn)
             conn.close()
 
     def close(self) -> None:
-        """Closes this thread's kept-alive connection."""
-        self._drop_connection()
+        """Closes the kept-alive connections of every thread (a later call
+        opens a new one)."""
+        with self._conns_lock:
+            conns, self._conns = self._conns, set()
+        for conn in conns:
+            conn.close()
+        self._local.conn = None
 
     def __enter__(self) -> "Client":
         return self

@@ -56,7 +56,8 @@ class Server:
                     found.set()
             found.set()
 
-        threading.Thread(target=drain, daemon=True).start()
+        self._drain = threading.Thread(target=drain, daemon=True)
+        self._drain.start()
         if not found.wait(60) or not self.url:
             self.stop()
             raise RuntimeError("mlstream did not start:\n" + "".join(self.log))
@@ -68,6 +69,8 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self._drain.join(10)
+        self.proc.stderr.close()
 
 
 @pytest.fixture(scope="session")
@@ -87,10 +90,24 @@ def server(binary: pathlib.Path):
 
 
 @pytest.fixture
-def client(server: Server) -> Client:
-    c = Client(server.url, TOKENS["admin"])
-    yield c
-    c.close()
+def make_client(server: Server):
+    """make_client(scope or None, **options): a client of the server with
+    that scope's token (None: no token), closed after the test."""
+    made = []
+
+    def make(scope="admin", url=None, **kw) -> Client:
+        c = Client(url or server.url, TOKENS.get(scope, scope), **kw)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
+def client(make_client) -> Client:
+    return make_client("admin")
 
 
 @pytest.fixture

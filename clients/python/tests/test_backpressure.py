@@ -6,9 +6,7 @@ import threading
 
 import pytest
 
-from mlstream import Client, TooManyRequests
-
-from conftest import TOKENS
+from mlstream import TooManyRequests
 
 
 def paused_job(client, name):
@@ -19,7 +17,7 @@ def paused_job(client, name):
     return job
 
 
-def test_learn_many_retries_after_429_until_the_queue_drains(server, unique):
+def test_learn_many_retries_after_429_until_the_queue_drains(make_client, unique):
     seen = []
     refused = threading.Event()
 
@@ -27,9 +25,9 @@ def test_learn_many_retries_after_429_until_the_queue_drains(server, unique):
         seen.append((err, delay))
         refused.set()
 
-    client = Client(server.url, TOKENS["admin"], on_retry=on_retry)
+    client = make_client("admin", on_retry=on_retry)
     job = paused_job(client, unique)
-    admin = Client(server.url, TOKENS["admin"])
+    admin = make_client("admin")
 
     def resume_after_a_refusal():
         if refused.wait(60):
@@ -50,8 +48,8 @@ def test_learn_many_retries_after_429_until_the_queue_drains(server, unique):
     assert job.wait_processed(40)["processed"] == 40
 
 
-def test_429_is_raised_once_retry_timeout_is_spent(server, unique):
-    client = Client(server.url, TOKENS["admin"], retry_timeout=0.5)
+def test_429_is_raised_once_retry_timeout_is_spent(make_client, unique):
+    client = make_client("admin", retry_timeout=0.5)
     job = paused_job(client, unique)
     try:
         with pytest.raises(TooManyRequests) as exc:

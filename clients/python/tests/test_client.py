@@ -188,17 +188,17 @@ def test_calls_the_server_lacks_say_so(logreg, tmp_path):
     assert issubclass(NotSupportedByServer, NotImplementedError)
 
 
-def test_tokens_and_scopes(server, logreg):
+def test_tokens_and_scopes(make_client, logreg):
     with pytest.raises(Unauthorized):
-        Client(server.url).jobs()
+        make_client(None).jobs()
     with pytest.raises(Unauthorized):
-        Client(server.url, "not-a-token-at-all-1234").jobs()
-    reader = Client(server.url, TOKENS["read"])
+        make_client("not-a-token-at-all-1234").jobs()
+    reader = make_client("read")
     assert reader.job(logreg.name).status()["name"] == logreg.name
     with pytest.raises(Forbidden) as exc:
         reader.create_job({"name": logreg.name + "r", "kind": "logreg", "input": "x"})
     assert exc.value.get("scope") == "admin"
-    ingester = Client(server.url, TOKENS["ingest"])
+    ingester = make_client("ingest")
     ingester.job(logreg.name, input=logreg.input).learn_one({"a": 1}, 1)
     with pytest.raises(Forbidden):
         ingester.job(logreg.name).metrics()
@@ -207,9 +207,9 @@ def test_tokens_and_scopes(server, logreg):
 def test_token_from_the_environment(server, monkeypatch):
     monkeypatch.setenv("MLSTREAM_URL", server.url)
     monkeypatch.setenv("MLSTREAM_TOKEN", TOKENS["read"])
-    c = Client()
-    assert c.url == server.url and c.token == TOKENS["read"]
-    assert isinstance(c.jobs(), list)
+    with Client() as c:
+        assert c.url == server.url and c.token == TOKENS["read"]
+        assert isinstance(c.jobs(), list)
 
 
 def test_bad_arguments():

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mlstream import Client, Forbidden, Unauthorized
-from mlstream.messages import Distinct, Message, Prediction, Stats, TopK, parse
+from mlstream import Forbidden, Unauthorized
+from mlstream.messages import Backup, Distinct, Join, Match, Message, Prediction, Recovery, Stats, TopK, parse
 
-from conftest import TOKENS
 
 
 def test_subscribe_predictions_misses_nothing(logreg):
@@ -57,12 +56,12 @@ def test_subscribe_with_a_timeout(logreg):
             next(feed)
 
 
-def test_subscribe_refusals(server, logreg):
+def test_subscribe_refusals(make_client, logreg):
     with pytest.raises(Unauthorized):
-        Client(server.url).job(logreg.name).subscribe("prediction")
+        make_client(None).job(logreg.name).subscribe("prediction")
     with pytest.raises(Forbidden):
-        Client(server.url, TOKENS["ingest"]).job(logreg.name).subscribe("prediction")
-    with Client(server.url, TOKENS["read"]).job(logreg.name).subscribe("stats", timeout=20) as feed:
+        make_client("ingest").job(logreg.name).subscribe("prediction")
+    with make_client("read").job(logreg.name).subscribe("stats", timeout=20) as feed:
         assert isinstance(next(feed), Stats)
     with pytest.raises(ValueError, match="unknown message type"):
         logreg.subscribe("predictions")
@@ -73,3 +72,25 @@ def test_parse_keeps_unknown_types_and_fields():
     assert type(m) is Message and m.raw["x"] == 1
     p = parse({"type": "prediction", "job": "j", "key": "k", "p": 0.5, "new_field": True})
     assert isinstance(p, Prediction) and p.label is None and p.raw["new_field"] is True
+    # Fault tolerance's messages (the test server runs without --data), as the README shows them.
+    b = parse({"type": "backup", "job": "spam", "ts": 1, "index": 12, "full": False, "bytes": 48211,
+               "divergence": 0.52, "last_seqs": [1200, 1187], "partitions": [0, 1]})
+    assert isinstance(b, Backup) and b.index == 12 and b.last_seqs == [1200, 1187] and b.partition is None
+    r = parse({"type": "recovery", "job": "spam", "ts": 1, "recovery": {"failures": 1, "lost": 379, "within": True}})
+    assert isinstance(r, Recovery) and r.recovery["lost"] == 379
+
+
+def test_subscribe_join_messages(client, unique):
+    jn = client.create_job({"name": unique, "kind": "join", "left": unique + "L", "right": unique + "R",
+                            "partitions": 1, "params": {"on": "ad", "within": "10s"}})
+    with jn.subscribe("match", "join", timeout=20) as feed:
+        client.send(unique + "L", [{"ad": "a1", "ts": 1000}])
+        client.send(unique + "R", [{"ad": "a1", "ts": 2000}])
+        seen = {}
+        for msg in feed:
+            seen[type(msg)] = msg
+            if Match in seen and Join in seen:
+                break
+    assert seen[Match].match["key"] == "a1"
+    assert (seen[Match].match["left_ts"], seen[Match].match["right_ts"]) == (1000, 2000)
+    assert seen[Join].job == unique and "matches" in seen[Join].join

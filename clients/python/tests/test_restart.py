@@ -23,4 +23,5 @@ def test_a_request_after_a_restart_opens_a_new_connection(binary):
         assert client.jobs() == []
         assert client._local.conn is not kept
     finally:
+        client.close()
         second.stop()
