@@ -42,7 +42,7 @@ func requirePython(t *testing.T) {
 		return
 	}
 	msg := "the Python client's tests need " + python + " with pytest and websockets " +
-		"(apt-get install -y python3-pytest python3-websockets): " + strings.TrimSpace(string(out)) + " " + err.Error()
+		"(apt-get install -y python3-pytest python3-websockets): " + strings.TrimSpace(err.Error()+"\n"+string(out))
 	if os.Getenv("CI") != "" {
 		t.Fatal(msg)
 	}
