@@ -12,11 +12,19 @@ import (
 // synopsesTables measures heavy hitters against exact counting in a Go map
 // on the same Zipf stream, and HyperLogLog's error against its precision.
 func synopsesTables(quick bool, reps int) {
-	n, universe := 2_000_000, 100_000
+	n := 2_000_000
 	if quick {
 		n = 500_000
 	}
 	stream := zipfNames(n)
+	heavyHittersTable(stream, reps)
+	distinctTable(stream, quick, reps)
+}
+
+// heavyHittersTable: Space-Saving of several sizes against a Go map, in
+// time, memory and the quality of its top 100.
+func heavyHittersTable(stream []string, reps int) {
+	n, universe := len(stream), 100_000
 	exact := map[string]uint64{}
 	for _, s := range stream {
 		exact[s]++
@@ -85,8 +93,12 @@ func synopsesTables(quick bool, reps int) {
 			}), num(float64(hits)/100, "%.2f"), num(float64(hits)/float64(len(top)), "%.2f"), yes(ok), target)
 	}
 	t.Print()
+}
 
-	t = newTable("synopses", "Synopses: HyperLogLog error against precision",
+// distinctTable: HyperLogLog's error, memory and insert cost against its
+// precision.
+func distinctTable(stream []string, quick bool, reps int) {
+	t := newTable("synopses", "Synopses: HyperLogLog error against precision",
 		"Median and largest relative error of the estimate over 20 seeded streams per cardinality (distinct 64-bit hashes); standard error 1.04/sqrt(2^p); insert cost on strings, hashing included.",
 		"precision", "memory", "std error", "n = 1,000", "n = 100,000", "n = 1,000,000", "ns/insert")
 	for _, p := range []uint8{10, 12, 14, 16} {
