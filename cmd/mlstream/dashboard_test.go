@@ -309,15 +309,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.waitFor("the feed connects", `s.conn === "live"`, nil, 15*time.Second)
 
 	// The job list equals GET /v1/jobs, names, kinds and order.
-	var list struct {
-		Jobs []struct {
-			Name, Kind  string
-			Consistency *struct{ Model string }
-		}
+	jobs, err := clientOf(t, url).Jobs(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
-	getJSON(t, url+"/v1/jobs", &list)
 	var want []string
-	for _, j := range list.Jobs {
+	for _, j := range jobs {
 		want = append(want, j.Name+":"+j.Kind)
 	}
 	if len(want) < 3 {
@@ -326,7 +323,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.waitFor("the job list equals GET /v1/jobs", `JSON.stringify(s.jobs) === JSON.stringify(s0)`, want, 10*time.Second)
 	// Each job shows its kind's panel and the fault-tolerance panel.
 	panels := map[string]string{}
-	for _, j := range list.Jobs {
+	for _, j := range jobs {
 		panels[j.Name] = map[string]string{"logreg": "logreg", "heavy_hitters": "topk", "distinct": "distinct", "join": "join"}[j.Kind]
 	}
 	b.waitFor("each job shows its panels", `Object.entries(s0).every(([job, p]) => ["ft", p].every(x => (s.blocks[job] || "").split(",").includes(x)))`, panels, 10*time.Second)
@@ -336,10 +333,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	// reports it.
 	var names []string
 	consistency := ""
-	for _, j := range list.Jobs {
+	for _, j := range jobs {
 		names = append(names, j.Name)
-		if j.Name == demoJob && j.Consistency != nil {
-			consistency = j.Consistency.Model
+		var c struct{ Consistency *struct{ Model string } }
+		if err := json.Unmarshal(j.Raw, &c); err != nil {
+			t.Fatal(err)
+		}
+		if j.Name == demoJob && c.Consistency != nil {
+			consistency = c.Consistency.Model
 		}
 	}
 	if consistency == "" {
@@ -384,7 +385,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			}
 		}
 	}
-	getJSON(t, url+"/v1/jobs/"+demoJob, &job)
+	getJob(t, url, demoJob, &job)
 	rec := job.FT.Recovery
 	if rec == nil || rec.Clean || rec.Failures != 1 {
 		b.fatalf("recovery after kill -9: %+v", rec)

@@ -73,11 +73,9 @@ func mib(kb int64) int64 { return kb >> 10 }
 // post.
 func answers(t *testing.T, url string) {
 	t.Helper()
-	resp, err := http.Get(url + "/healthz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/healthz: %v %v", err, resp)
+	if err := clientOf(t, url).Healthz(t.Context()); err != nil {
+		t.Fatalf("/healthz: %v", err)
 	}
-	resp.Body.Close()
 	postNDJSON(t, url, "mail", []byte(`{"label":1,"features":{"x":1}}`+"\n"))
 }
 
