@@ -53,6 +53,8 @@ type latencyResult struct {
 	group     runtime.GroupStatus
 }
 
+// latencyRun serves a logreg job with group size every, posts at rate
+// for dur while reading every prediction, and measures the latencies.
 func latencyRun(every any, rate int, dur time.Duration) latencyResult {
 	e := newBenchEngine("")
 	defer e.Close(context.Background())
@@ -61,54 +63,121 @@ func latencyRun(every any, rate int, dur time.Duration) latencyResult {
 	if _, err := e.PutJob(spec); err != nil {
 		panic(err)
 	}
+	addr, stop := serveEngine(e)
+	defer stop()
+	// The feed is read raw, not through client.Subscribe: decoding every
+	// message would add its cost to the latency measured.
+	ws, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/v1/ws?jobs=bench&types=prediction", nil)
+	if err != nil {
+		panic(err)
+	}
+	defer ws.Close()
+	lr := &latencyReader{lats: make([]float64, 0, int(float64(rate)*dur.Seconds())+1), done: make(chan struct{})}
+	go lr.read(ws)
+
+	sent, elapsed := sendTimed("http://"+addr, rate, dur)
+	job, _ := e.Job("bench")
+	lr.await(job, sent)
+	st := job.Status(false)
+	ws.Close()
+	<-lr.done
+	return lr.result(st, sent, elapsed)
+}
+
+// serveEngine serves the engine's API on a loopback port until stop.
+func serveEngine(e *runtime.Engine) (addr string, stop func()) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
 	}
 	hs := &http.Server{Handler: api.New(api.Config{Engine: e, Logger: quiet})}
 	go hs.Serve(ln)
-	defer hs.Close()
-	base := "http://" + ln.Addr().String()
-	// The feed is read raw, not through client.Subscribe: decoding every
-	// message would add its cost to the latency measured.
-	ws, _, err := websocket.DefaultDialer.Dial("ws://"+ln.Addr().String()+"/v1/ws?jobs=bench&types=prediction", nil)
-	if err != nil {
-		panic(err)
-	}
-	defer ws.Close()
+	return ln.Addr().String(), func() { hs.Close() }
+}
 
-	// Each event's key carries its send time: "<unix ns>-<i>".
-	lats := make([]float64, 0, int(float64(rate)*dur.Seconds())+1)
-	var mu sync.Mutex
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		key := []byte(`"key":"`)
-		for {
-			_, msg, err := ws.ReadMessage()
-			if err != nil {
-				return
-			}
-			now := time.Now().UnixNano()
-			i := bytes.Index(msg, key)
-			if i < 0 {
-				continue
-			}
-			rest := msg[i+len(key):]
-			j := bytes.IndexByte(rest, '-')
-			if j < 0 {
-				continue
-			}
-			sent, err := strconv.ParseInt(string(rest[:j]), 10, 64)
-			if err != nil {
-				continue
-			}
-			mu.Lock()
-			lats = append(lats, float64(now-sent)/1e6)
-			mu.Unlock()
+// latencyReader collects the latency of every prediction read from a
+// WebSocket, from the send time its key carries.
+type latencyReader struct {
+	mu   sync.Mutex
+	lats []float64 // ms
+	done chan struct{}
+}
+
+// read reads predictions until the connection closes. Each event's key
+// carries its send time: "<unix ns>-<i>".
+func (lr *latencyReader) read(ws *websocket.Conn) {
+	defer close(lr.done)
+	key := []byte(`"key":"`)
+	for {
+		_, msg, err := ws.ReadMessage()
+		if err != nil {
+			return
 		}
-	}()
+		now := time.Now().UnixNano()
+		i := bytes.Index(msg, key)
+		if i < 0 {
+			continue
+		}
+		rest := msg[i+len(key):]
+		j := bytes.IndexByte(rest, '-')
+		if j < 0 {
+			continue
+		}
+		sent, err := strconv.ParseInt(string(rest[:j]), 10, 64)
+		if err != nil {
+			continue
+		}
+		lr.mu.Lock()
+		lr.lats = append(lr.lats, float64(now-sent)/1e6)
+		lr.mu.Unlock()
+	}
+}
 
+func (lr *latencyReader) count() int {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	return len(lr.lats)
+}
+
+// await waits for the job's queues to drain and then for the last
+// predictions (giving up after a second of silence or 10 s in all).
+func (lr *latencyReader) await(job *runtime.Job, sent int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for job.Status(false).QueueDepth > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for last := -1; time.Now().Before(deadline); {
+		n := lr.count()
+		if n == last || n >= sent {
+			break
+		}
+		last = n
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// result turns the latencies read (the reader done) and the job's status
+// into the table's row.
+func (lr *latencyReader) result(st runtime.JobStatus, sent int, elapsed time.Duration) latencyResult {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	lats := lr.lats
+	out := latencyResult{delivered: float64(len(lats)) / elapsed.Seconds(), dropped: sent - len(lats)}
+	if st.Group != nil {
+		out.group = *st.Group
+	}
+	if st.Model != nil {
+		out.merges = float64(st.Model.Version) / elapsed.Seconds()
+	}
+	if len(lats) > 0 {
+		out.p50, out.p99 = quantile(lats, 0.5), quantile(lats, 0.99)
+	}
+	return out
+}
+
+// sendTimed posts events at rate for dur, one request every 10 ms, each
+// event's key carrying its send time; it returns the events accepted.
+func sendTimed(base string, rate int, dur time.Duration) (sent int, elapsed time.Duration) {
 	g := gen.New(gen.Config{Seed: 21})
 	pool := make([]gen.Event, 10_000)
 	for i := range pool {
@@ -123,7 +192,7 @@ func latencyRun(every any, rate int, dur time.Duration) latencyResult {
 		panic(err)
 	}
 	start := time.Now()
-	sent, k := 0, 0
+	k := 0
 	var body []byte
 	for tk := 0; time.Since(start) < dur; tk++ {
 		body = body[:0]
@@ -147,39 +216,7 @@ func latencyRun(every any, rate int, dur time.Duration) latencyResult {
 			time.Sleep(d)
 		}
 	}
-	elapsed := time.Since(start)
-	// Wait for the last predictions (or give up after a second of silence).
-	job, _ := e.Job("bench")
-	deadline := time.Now().Add(10 * time.Second)
-	for job.Status(false).QueueDepth > 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	for last := -1; time.Now().Before(deadline); {
-		mu.Lock()
-		n := len(lats)
-		mu.Unlock()
-		if n == last || n >= sent {
-			break
-		}
-		last = n
-		time.Sleep(200 * time.Millisecond)
-	}
-	st := job.Status(false)
-	ws.Close()
-	<-readerDone
-	mu.Lock()
-	defer mu.Unlock()
-	out := latencyResult{delivered: float64(len(lats)) / elapsed.Seconds(), dropped: sent - len(lats)}
-	if st.Group != nil {
-		out.group = *st.Group
-	}
-	if st.Model != nil {
-		out.merges = float64(st.Model.Version) / elapsed.Seconds()
-	}
-	if len(lats) > 0 {
-		out.p50, out.p99 = quantile(lats, 0.5), quantile(lats, 0.99)
-	}
-	return out
+	return sent, time.Since(start)
 }
 
 // quantile of xs (sorted in place).

@@ -25,21 +25,30 @@ func joinTables(quick bool, reps int) {
 	if quick {
 		n = 400_000
 	}
-	// 100 keys, one event per ms, within 100 ms: about one match per two tuples.
-	const keys, within = 100, 100
-	evs := gen.JoinEvents(11, n, keys, joinStart)
-	names := make([]string, keys)
+	evs := gen.JoinEvents(11, n, joinKeys, joinStart)
+	names := make([]string, joinKeys)
 	for i := range names {
 		names[i] = "ad-" + strconv.Itoa(i)
 	}
+	joinThroughputTable(evs, names, reps)
+	joinMemoryTable(n)
+	joinSamplingTable(evs, names, reps)
+}
 
+// 100 keys, one event per ms, within 100 ms: about one match per two tuples.
+const joinKeys, joinWithin = 100, 100
+
+// joinThroughputTable: tuples/s of the operator alone, with and without
+// sampling, and of the engine in each fault-tolerance mode.
+func joinThroughputTable(evs []gen.JoinEvent, names []string, reps int) {
+	n := len(evs)
 	t := newTable("join", "Join: throughput",
-		fmt.Sprintf("%s tuples of two streams over %d keys, one per ms, joined within %d ms (about one match per two tuples). Operator: joins.Join alone on one core. Engine: NDJSON parsed, extracted, queued and joined in process (no HTTP), 2 partitions, requests of 1,000 events. Median of %d runs.", humanize(float64(n)), keys, within, reps),
+		fmt.Sprintf("%s tuples of two streams over %d keys, one per ms, joined within %d ms (about one match per two tuples). Operator: joins.Join alone on one core. Engine: NDJSON parsed, extracted, queued and joined in process (no HTTP), 2 partitions, requests of 1,000 events. Median of %d runs.", humanize(float64(n)), joinKeys, joinWithin, reps),
 		"path", "sample", "ft mode", "tuples/s", "matches/tuple", "target")
 	for _, p := range []float64{1, 0.1} {
 		var matches uint64
 		rate := median(reps, func() float64 {
-			j, rate := runJoin(evs, names, joins.Config{Within: within, Lateness: 10, MaxBytes: 64 << 20, Sample: p})
+			j, rate := runJoin(evs, names, joins.Config{Within: joinWithin, Lateness: 10, MaxBytes: 64 << 20, Sample: p})
 			matches = j.Counters().Matches
 			return rate
 		})
@@ -57,8 +66,12 @@ func joinTables(quick bool, reps int) {
 		t.Row("engine", "1", mode, rate, "", "")
 	}
 	t.Print()
+}
 
-	t = newTable("join", "Join: memory per buffered tuple",
+// joinMemoryTable: heap bytes per buffered tuple, measured and accounted,
+// with few and with many keys.
+func joinMemoryTable(n int) {
+	t := newTable("join", "Join: memory per buffered tuple",
 		fmt.Sprintf("Heap growth (runtime.MemStats, after GC) of a join holding every tuple (interval longer than the stream), divided by the tuples held, beside the state's accounting (%d B per ring slot + %d B per key: what max_state is checked against).", joins.TupleBytes, joins.IndexBytes),
 		"tuples held", "distinct keys", "measured B/tuple", "accounted B/tuple", "max_state held")
 	for _, k := range []int{100, 1_000_000} {
@@ -75,9 +88,13 @@ func joinTables(quick bool, reps int) {
 			num(float64(j.StateBytes())/float64(j.Tuples()), "%.0f"), yes(j.StateBytes() <= 1<<30))
 	}
 	t.Print()
+}
 
-	truth := float64(gen.JoinCount(evs, within))
-	t = newTable("join", "Join: COUNT estimates with sampling (Ripple Join)",
+// joinSamplingTable: the error of COUNT and its interval's coverage
+// against the sample probability, over seeded runs.
+func joinSamplingTable(evs []gen.JoinEvent, names []string, reps int) {
+	truth := float64(gen.JoinCount(evs, joinWithin))
+	t := newTable("join", "Join: COUNT estimates with sampling (Ripple Join)",
 		fmt.Sprintf("True COUNT %s on the stream above; each side sampled with probability p (seeds 1..%d); the interval is at 95%%.", humanize(truth), max(reps, 10)),
 		"sample p", "tuples kept", "median relative error", "median interval half-width", "interval holds the truth", "tuples/s")
 	errCurve := series{Name: "median relative error of COUNT"}
@@ -86,7 +103,7 @@ func joinTables(quick bool, reps int) {
 		held, runs := 0, max(reps, 10)
 		var kept uint64
 		for seed := 1; seed <= runs; seed++ {
-			j, rate := runJoin(evs, names, joins.Config{Within: within, Lateness: 10, MaxBytes: 64 << 20, Sample: p, Seed: uint64(seed)})
+			j, rate := runJoin(evs, names, joins.Config{Within: joinWithin, Lateness: 10, MaxBytes: 64 << 20, Sample: p, Seed: uint64(seed)})
 			rates = append(rates, rate)
 			open, _ := j.Windows()
 			est := open[0].Estimate(p, 0.95)

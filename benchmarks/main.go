@@ -67,14 +67,7 @@ func main() {
 	if *quick {
 		n, *reps = 200_000, 3
 	}
-	host, _ := os.Hostname()
-	machine := map[string]any{"date": time.Now().UTC(), "go": goruntime.Version(), "cpus": goruntime.NumCPU(),
-		"gomaxprocs": goruntime.GOMAXPROCS(0), "host": host, "memory_bytes": totalMemory(), "reps": *reps, "quick": *quick,
-		"command": "go run ./benchmarks " + strings.Join(os.Args[1:], " ")}
-	fmt.Printf("# mlstream benchmarks\n\n%s, %s, %d CPUs, GOMAXPROCS %d, %s of memory, host %s; median of %d runs each. Command: `%s`.\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), goruntime.Version(), goruntime.NumCPU(), goruntime.GOMAXPROCS(0),
-		humanizeBytes(totalMemory()), host, *reps, machine["command"])
-
+	machine := describeMachine(*reps, *quick)
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -83,26 +76,49 @@ func main() {
 		_ = pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
+	runSections(want, n, *reps, *quick, strings.Split(*ftKinds, ","))
+	if *jsonOut != "" {
+		if err := writeJSON(*jsonOut, machine); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+}
+
+// describeMachine prints the report's heading, the machine and the
+// command, and returns them for the JSON file.
+func describeMachine(reps int, quick bool) map[string]any {
+	host, _ := os.Hostname()
+	machine := map[string]any{"date": time.Now().UTC(), "go": goruntime.Version(), "cpus": goruntime.NumCPU(),
+		"gomaxprocs": goruntime.GOMAXPROCS(0), "host": host, "memory_bytes": totalMemory(), "reps": reps, "quick": quick,
+		"command": "go run ./benchmarks " + strings.Join(os.Args[1:], " ")}
+	fmt.Printf("# mlstream benchmarks\n\n%s, %s, %d CPUs, GOMAXPROCS %d, %s of memory, host %s; median of %d runs each. Command: `%s`.\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), goruntime.Version(), goruntime.NumCPU(), goruntime.GOMAXPROCS(0),
+		humanizeBytes(totalMemory()), host, reps, machine["command"])
+	return machine
+}
+
+// runSections runs the sections wanted, in the report's order.
+func runSections(want map[string]bool, n, reps int, quick bool, ftKinds []string) {
 	body, events := ndjson(n / 2)
 	if want["core"] {
-		coreTables(n, *reps, body, events)
+		coreTables(n, reps, body, events)
 	}
 	if want["synopses"] {
-		synopsesTables(*quick, *reps)
+		synopsesTables(quick, reps)
 	}
 	if want["join"] {
-		joinTables(*quick, *reps)
+		joinTables(quick, reps)
 	}
 	if want["peers"] {
-		peersTables(*quick)
+		peersTables(quick)
 	}
 	if want["drizzle"] {
-		drizzleTable(*quick)
+		drizzleTable(quick)
 	}
 	if want["ft"] {
-		kinds := strings.Split(*ftKinds, ",")
-		table5(body, events, *reps, kinds)
-		if slices.Contains(kinds, "logreg") {
+		table5(body, events, reps, ftKinds)
+		if slices.Contains(ftKinds, "logreg") {
 			sweep(firstLines(body, events/4))
 		}
 	}
@@ -111,15 +127,9 @@ func main() {
 		if bin, err := buildBinary(); err != nil {
 			fmt.Printf("\n(crash benchmarks skipped: %v)\n", err)
 		} else {
-			crashFigures(bin, *quick)
-			restartBig(bin, *quick)
+			crashFigures(bin, quick)
+			restartBig(bin, quick)
 			os.RemoveAll(filepath.Dir(bin))
-		}
-	}
-	if *jsonOut != "" {
-		if err := writeJSON(*jsonOut, machine); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
 		}
 	}
 }

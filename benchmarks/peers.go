@@ -278,47 +278,22 @@ func accuracyCurve(name string, preds []float64, labels []bool, bucket int) seri
 	return s
 }
 
+// sklearnTables compares our logistic regression with scikit-learn's
+// SGDClassifier on the generated stream and the real sets in
+// benchmarks/data: speed and progressive measures.
 func sklearnTables(quick bool) {
 	n, one := 100_000, 20_000
 	if quick {
 		n, one = 20_000, 5_000
 	}
-	note, err := aptEnsure("python3-sklearn", func() error {
-		return exec.Command(peersPython, "-c", "import sklearn").Run()
-	})
+	note, sets, err := sklearnSets(n, one)
 	if err != nil {
 		skipped("scikit-learn", err)
 		return
 	}
-	if _, err := os.Stat(sgdScript); err != nil {
-		skipped("scikit-learn", fmt.Errorf("%v (run from the repository's root)", err))
-		return
-	}
-	g, err := generated(n)
-	if err != nil {
-		skipped("scikit-learn", err)
-		return
-	}
+	g := sets[0]
 	defer os.Remove(g.file)
-	g.one, g.batches = one, []int{100, 1000}
-	sets := []*labelled{g}
-	for _, s := range []struct{ name, file string }{{"breast cancer", "benchmarks/data/breast_cancer.ndjson"}, {"digits 0-4 / 5-9", "benchmarks/data/digits.ndjson"}} {
-		d, err := readLabelled(s.name, s.file)
-		if err != nil {
-			fmt.Printf("\n(%s skipped: %v)\n", s.name, err)
-			continue
-		}
-		d.one, d.batches = len(d.labels), []int{10, 100}
-		sets = append(sets, d)
-	}
-
 	var info sklearnInfo
-	type row struct {
-		learner, updates string
-		events           int
-		rate             float64 // 0: not timed
-		m                learners.Measures
-	}
 	var curves []series
 	same := true // the engine's measures equal those of our learner in process
 	t := newTable("peers", "Peers: scikit-learn's SGDClassifier against our logistic regression, same events, same order", "", "data", "learner", "updates", "events", "events/s", "events/s ÷ ours", "accuracy", "log loss", "AUC")
@@ -329,38 +304,12 @@ func sklearnTables(quick bool) {
 			continue
 		}
 		info = i
-		var rows []row
-		ours := map[int]float64{} // our events/s on the first n events
-		for _, k := range []int{d.one, len(d.labels)} {
-			if _, done := ours[k]; done {
-				continue
-			}
-			rate, preds := oursLearn(d, k)
-			ours[k] = rate
-			rows = append(rows, row{"mlstream logreg, in process", "1 event", k, rate, progressive(preds, d.labels[:k])})
-			if d == g && k == len(d.labels) {
-				curves = append(curves, accuracyCurve("mlstream logreg", preds, d.labels, n/40))
-			}
+		bucket := 0 // no curves but the generated stream's
+		if d == g {
+			bucket = n / 40
 		}
-		rate, m := oursEngine(d)
-		rows = append(rows, row{"mlstream logreg job, engine (1 partition, JSON parsed)", "1 event", len(d.labels), rate, m})
-		if m != rows[len(rows)-2].m {
-			same = false
-		}
-		for _, r := range runs {
-			updates := "1 event"
-			if r.Batch > 1 {
-				updates = fmt.Sprintf("mini-batch %d", r.Batch)
-			}
-			rows = append(rows, row{"sklearn SGD, " + r.Variant, updates, r.Events, float64(r.Events) / r.Seconds, progressive(r.P, d.labels[:r.Events])})
-			if d == g && r.Batch == 100 {
-				curves = append(curves, accuracyCurve("sklearn, "+r.Variant+", mini-batch 100", r.P, d.labels, n/40))
-			}
-		}
-		if d.trueP != nil {
-			rows = append(rows, row{"the true model (the best possible)", "-", len(d.labels), 0, progressive(d.trueP, d.labels)})
-			curves = append(curves, accuracyCurve("the true model", d.trueP, d.labels, n/40))
-		}
+		rows, ours, dc, dsame := sklearnRows(d, runs, bucket)
+		curves, same = append(curves, dc...), same && dsame
 		for _, r := range rows {
 			rate, ratio := any("-"), any("-")
 			if r.rate > 0 {
@@ -369,7 +318,92 @@ func sklearnTables(quick bool) {
 			t.Row(d.name, r.learner, r.updates, r.events, rate, ratio, num(r.m.Accuracy, "%.4f"), num(r.m.LogLoss, "%.4f"), num(r.m.AUC, "%.4f"))
 		}
 	}
-	t.Note = fmt.Sprintf("Progressive validation for every learner: each event (or mini-batch) is first predicted with the current model, then learned; accuracy (p > 0.5), log loss (p clamped to [1e-15, 1-1e-15]) and AUC over the whole run, computed from the predictions by the same code (learners.Progressive). "+
+	t.Note = sklearnNote(n, one, same, info, note)
+	t.Print()
+	figure("peers-sklearn", fmt.Sprintf("generated stream (drift at %s): accuracy per %s events", humanize(float64(n/2)), humanize(float64(n/40))), "events", "accuracy", curves...)
+}
+
+// sklearnSets installs scikit-learn if need be and makes the data sets:
+// the generated stream of n events (its first one learned by sklearn one at
+// a time; the caller removes its file) and the real sets that are there.
+func sklearnSets(n, one int) (note string, sets []*labelled, err error) {
+	note, err = aptEnsure("python3-sklearn", func() error {
+		return exec.Command(peersPython, "-c", "import sklearn").Run()
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	if _, err := os.Stat(sgdScript); err != nil {
+		return "", nil, fmt.Errorf("%v (run from the repository's root)", err)
+	}
+	g, err := generated(n)
+	if err != nil {
+		return "", nil, err
+	}
+	g.one, g.batches = one, []int{100, 1000}
+	sets = []*labelled{g}
+	for _, s := range []struct{ name, file string }{{"breast cancer", "benchmarks/data/breast_cancer.ndjson"}, {"digits 0-4 / 5-9", "benchmarks/data/digits.ndjson"}} {
+		d, err := readLabelled(s.name, s.file)
+		if err != nil {
+			fmt.Printf("\n(%s skipped: %v)\n", s.name, err)
+			continue
+		}
+		d.one, d.batches = len(d.labels), []int{10, 100}
+		sets = append(sets, d)
+	}
+	return note, sets, nil
+}
+
+// sklearnRow is a row of the scikit-learn table.
+type sklearnRow struct {
+	learner, updates string
+	events           int
+	rate             float64 // 0: not timed
+	m                learners.Measures
+}
+
+// sklearnRows runs our learner on d, in process and as a job, beside
+// sklearn's runs: the rows, our events/s by the number of events learned,
+// the accuracy curves per bucket events (none for bucket 0), and whether
+// the job's measures equal those of our learner in process.
+func sklearnRows(d *labelled, runs []sklearnRun, bucket int) (rows []sklearnRow, ours map[int]float64, curves []series, same bool) {
+	ours = map[int]float64{} // our events/s on the first n events
+	for _, k := range []int{d.one, len(d.labels)} {
+		if _, done := ours[k]; done {
+			continue
+		}
+		rate, preds := oursLearn(d, k)
+		ours[k] = rate
+		rows = append(rows, sklearnRow{"mlstream logreg, in process", "1 event", k, rate, progressive(preds, d.labels[:k])})
+		if bucket > 0 && k == len(d.labels) {
+			curves = append(curves, accuracyCurve("mlstream logreg", preds, d.labels, bucket))
+		}
+	}
+	rate, m := oursEngine(d)
+	rows = append(rows, sklearnRow{"mlstream logreg job, engine (1 partition, JSON parsed)", "1 event", len(d.labels), rate, m})
+	same = m == rows[len(rows)-2].m
+	for _, r := range runs {
+		updates := "1 event"
+		if r.Batch > 1 {
+			updates = fmt.Sprintf("mini-batch %d", r.Batch)
+		}
+		rows = append(rows, sklearnRow{"sklearn SGD, " + r.Variant, updates, r.Events, float64(r.Events) / r.Seconds, progressive(r.P, d.labels[:r.Events])})
+		if bucket > 0 && r.Batch == 100 {
+			curves = append(curves, accuracyCurve("sklearn, "+r.Variant+", mini-batch 100", r.P, d.labels, bucket))
+		}
+	}
+	if d.trueP != nil {
+		rows = append(rows, sklearnRow{"the true model (the best possible)", "-", len(d.labels), 0, progressive(d.trueP, d.labels)})
+		if bucket > 0 {
+			curves = append(curves, accuracyCurve("the true model", d.trueP, d.labels, bucket))
+		}
+	}
+	return rows, ours, curves, same
+}
+
+// sklearnNote says how the scikit-learn table was made.
+func sklearnNote(n, one int, same bool, info sklearnInfo, note string) string {
+	return fmt.Sprintf("Progressive validation for every learner: each event (or mini-batch) is first predicted with the current model, then learned; accuracy (p > 0.5), log loss (p clamped to [1e-15, 1-1e-15]) and AUC over the whole run, computed from the predictions by the same code (learners.Progressive). "+
 		"The generated stream is internal/gen (seed 11, true-model drift after %s events), written once as NDJSON; the real sets are benchmarks/data (see its README). "+
 		"**mlstream**: the defaults of a logreg job (FTRL-Proximal, α = 0.3, adaptive per-feature scales, 2^20 hashed weights); in process: one Learner on one core, features hashed before timing, median of %d runs; engine: a 1-partition logreg job fed the NDJSON through Batch in order, 1,000 events a batch (JSON parsing, queue and learning; its own measures, which %s); on the small sets its rate is mostly fixed costs (job start, waiting for the last batch). "+
 		"A fresh model's first events touch its 32 MiB of weights for the first time (page faults): that dominates our rate on a short prefix (a second pass over the same events runs several times faster). "+
@@ -377,8 +411,6 @@ func sklearnTables(quick bool) {
 		"*as-is*: values unscaled as they come (the generated amount goes up to 5,000); *max-abs*: each feature divided by the largest |value| seen so far, this event included (what MaxAbsScaler.partial_fit holds; no later event is looked at): the analogue of our adaptive scales. "+
 		"One event at a time sklearn runs on the first %s events of the generated stream only (it learns ~1,000 events/s), mini-batches on all; \"events/s ÷ ours\" compares with our in-process rate on the same events. sklearn's events/s counts its training loop only (slicing, scaling, predict_proba, partial_fit), not Python's start nor loading.%s",
 		humanize(float64(n/2)), peersReps, map[bool]string{true: "equal those in process: same learner, same order", false: "DIFFER from those in process"}[same], info.Sklearn, info.Numpy, info.Python, humanize(float64(one)), note)
-	t.Print()
-	figure("peers-sklearn", fmt.Sprintf("generated stream (drift at %s): accuracy per %s events", humanize(float64(n/2)), humanize(float64(n/40))), "events", "accuracy", curves...)
 }
 
 // ---- Redis ----
@@ -515,6 +547,8 @@ func topHits(reported []string, counts map[string]int, k int) int {
 	return hits
 }
 
+// redisTables compares Redis's HyperLogLog and sorted sets with our
+// distinct counts and heavy hitters on the same Zipf stream.
 func redisTables(quick bool) {
 	n, single := 1_000_000, 20_000
 	if quick {
@@ -534,7 +568,31 @@ func redisTables(quick bool) {
 		return
 	}
 	defer stop()
-	ctx := context.Background()
+	rb := &redisBench{rdb: rdb, ctx: context.Background(), n: n, single: single, note: note}
+	rb.version = redisVersion(rb.ctx, rdb)
+	rb.items, rb.counts, rb.body = zipfStream(n)
+	rb.distinctTable()
+	rb.topKTable()
+}
+
+// redisBench is what both Redis tables share: the server, the stream and
+// how it is sent.
+type redisBench struct {
+	rdb       *redis.Client
+	ctx       context.Context
+	version   string
+	note      string // how redis-server was installed, if it was
+	n, single int    // items; items sent one command a round trip
+	items     []string
+	counts    map[string]int
+	body      []byte // items as NDJSON
+}
+
+// Items a pipeline or a PFADD command carries; the k of top k.
+const redisBatch, redisK = 1000, 100
+
+// redisVersion is the server's version, "?" if INFO does not say.
+func redisVersion(ctx context.Context, rdb *redis.Client) string {
 	version := "?"
 	if info, err := rdb.Info(ctx, "server").Result(); err == nil {
 		for _, l := range strings.Split(info, "\n") {
@@ -543,66 +601,29 @@ func redisTables(quick bool) {
 			}
 		}
 	}
-	items, counts, body := zipfStream(n)
-	const batch, k = 1000, 100
-	how := fmt.Sprintf("pipelined, %s commands a round trip", humanize(batch))
+	return version
+}
 
-	// Distinct counts.
+// distinctTable: PFADD pipelined, in batches and one a round trip against
+// synopses.Distinct in process and a distinct job.
+func (rb *redisBench) distinctTable() {
 	dt := newTable("peers", "Peers: Redis PFADD/PFCOUNT against our distinct", "", "system", "how", "items", "items/s", "÷ ours in process", "server CPU µs/item", "memory", "estimate", "exact", "relative error")
-	exact := float64(len(counts))
-	relErr := func(est float64) cell { return num(100*(est-exact)/exact, "%+.2f%%") }
+	exact := float64(len(rb.counts))
 	var oursD *synopses.Distinct
 	oursRate := median(peersReps, func() float64 {
 		oursD, _ = synopses.NewDistinct(14)
 		start := time.Now()
-		for _, it := range items {
+		for _, it := range rb.items {
 			oursD.InsertString(it)
 		}
-		return float64(n) / time.Since(start).Seconds()
+		return float64(rb.n) / time.Since(start).Seconds()
 	})
-	pfcount := func() (float64, int64) {
-		est, err := rdb.PFCount(ctx, "hll").Result()
-		if err != nil {
-			panic(err)
-		}
-		mem, _ := rdb.MemoryUsage(ctx, "hll", 0).Result()
-		return float64(est), mem
-	}
-	one := medianRun(peersReps, func() redisRun {
-		return timeRedis(rdb, "hll", n, func() {
-			pipelined(rdb, items, batch, func(p redis.Pipeliner, it string) { p.PFAdd(ctx, "hll", it) })
-		})
-	})
-	est, mem := pfcount()
-	dt.Row("Redis "+version, "PFADD of 1 item, "+how, n, one.rate, num(one.rate/oursRate, "%.3g"), num(one.cpuUs, "%.2f"), humanize(float64(mem))+" B", est, exact, relErr(est))
-	many := medianRun(peersReps, func() redisRun {
-		return timeRedis(rdb, "hll", n, func() {
-			for lo := 0; lo < n; lo += batch {
-				args := make([]any, 0, batch)
-				for _, it := range items[lo:min(lo+batch, n)] {
-					args = append(args, it)
-				}
-				if err := rdb.PFAdd(ctx, "hll", args...).Err(); err != nil {
-					panic(err)
-				}
-			}
-		})
-	})
-	est, mem = pfcount()
-	dt.Row("Redis "+version, fmt.Sprintf("PFADD of %s items a command", humanize(batch)), n, many.rate, num(many.rate/oursRate, "%.3g"), num(many.cpuUs, "%.2f"), humanize(float64(mem))+" B", est, exact, relErr(est))
-	unp := timeRedis(rdb, "hll", single, func() {
-		for _, it := range items[:single] {
-			if err := rdb.PFAdd(ctx, "hll", it).Err(); err != nil {
-				panic(err)
-			}
-		}
-	})
-	dt.Row("Redis "+version, "PFADD of 1 item, one command a round trip (first items only)", single, unp.rate, num(unp.rate/oursRate, "%.3g"), num(unp.cpuUs, "%.2f"), "-", "-", "-", "-")
-	dt.Row("mlstream synopses.Distinct (p = 14)", "in process, one core", n, oursRate, num(1, "%.3g"), "-", humanize(float64(oursD.MemoryBytes()))+" B", float64(oursD.Estimate()), exact, relErr(float64(oursD.Estimate())))
+	rb.pfaddRows(dt, oursRate)
+	dt.Row("mlstream synopses.Distinct (p = 14)", "in process, one core", rb.n, oursRate, num(1, "%.3g"), "-", humanize(float64(oursD.MemoryBytes()))+" B", float64(oursD.Estimate()), exact, relErr(float64(oursD.Estimate()), exact))
 	dspec := runtime.Spec{Name: "peers", Kind: "distinct", Input: "s", Params: map[string]any{"field": "item"}}
 	var dest float64
 	drate := median(peersReps, func() float64 {
-		e, job, rate := feedEngine(chunk(dspec.Input, body), n, dspec, "")
+		e, job, rate := feedEngine(chunk(dspec.Input, rb.body), rb.n, dspec, "")
 		defer e.Close(context.Background())
 		dc, err := job.Distinct(runtime.WindowAll)
 		if err != nil {
@@ -611,21 +632,75 @@ func redisTables(quick bool) {
 		dest = float64(dc.Estimate)
 		return rate
 	})
-	dt.Row("mlstream distinct job (p = 14)", "engine, 2 partitions, JSON parsed", n, drate, num(drate/oursRate, "%.3g"), "-", "-", dest, exact, relErr(dest))
+	dt.Row("mlstream distinct job (p = 14)", "engine, 2 partitions, JSON parsed", rb.n, drate, num(drate/oursRate, "%.3g"), "-", "-", dest, exact, relErr(dest, exact))
 	dt.Note = fmt.Sprintf("%s items drawn Zipf(1.1) from 100,000, the same stream in the same order for every row; %d distinct. "+
 		"Redis %s (Debian's redis-server, started by this run on a loopback port with no persistence, stopped after) through the go-redis v9 client (RESP2), from one goroutine; "+
 		"its HyperLogLog has 2^14 registers, like our default (standard error 0.81%% for both; the errors are single draws, not a mean). "+
 		"items/s is wall time of the client (median of %d runs): on this 2-core machine client and server share the cores; server CPU µs/item is redis-server's own CPU time (INFO cpu) over the run, the cost Redis itself pays. "+
 		"Ours: in process on one core (strings hashed with xxhash), and a distinct job fed NDJSON through Batch (what the HTTP handler does after reading a body). Machine-relative: compare within a column.%s",
-		humanize(float64(n)), len(counts), version, peersReps, note)
+		humanize(float64(rb.n)), len(rb.counts), rb.version, peersReps, rb.note)
 	dt.Print()
+}
 
-	// Top k.
-	ht := newTable("peers", "Peers: Redis ZINCRBY (exact top k) against our heavy hitters", "", "system", "how", "items", "items/s", "÷ ours in process", "server CPU µs/item", "memory", "top-100 recall", "top-100 precision")
-	hitCells := func(reported []string) (cell, cell) {
-		h := float64(topHits(reported, counts, k))
-		return num(h/k, "%.2f"), num(h/float64(max(len(reported), 1)), "%.2f")
+// relErr is the relative error of est, in percent, as a cell.
+func relErr(est, exact float64) cell { return num(100*(est-exact)/exact, "%+.2f%%") }
+
+// pfaddRows adds Redis's rows to the distinct table: PFADD pipelined, in
+// batches of redisBatch items, and one a round trip.
+func (rb *redisBench) pfaddRows(dt *Table, oursRate float64) {
+	rdb, ctx, n, items := rb.rdb, rb.ctx, rb.n, rb.items
+	exact := float64(len(rb.counts))
+	row := func(how string, r redisRun) {
+		est, err := rdb.PFCount(ctx, "hll").Result()
+		if err != nil {
+			panic(err)
+		}
+		mem, _ := rdb.MemoryUsage(ctx, "hll", 0).Result()
+		dt.Row("Redis "+rb.version, how, n, r.rate, num(r.rate/oursRate, "%.3g"), num(r.cpuUs, "%.2f"), humanize(float64(mem))+" B", float64(est), exact, relErr(float64(est), exact))
 	}
+	row("PFADD of 1 item, "+rb.pipelinedHow(), medianRun(peersReps, func() redisRun {
+		return timeRedis(rdb, "hll", n, func() {
+			pipelined(rdb, items, redisBatch, func(p redis.Pipeliner, it string) { p.PFAdd(ctx, "hll", it) })
+		})
+	}))
+	row(fmt.Sprintf("PFADD of %s items a command", humanize(redisBatch)), medianRun(peersReps, func() redisRun {
+		return timeRedis(rdb, "hll", n, func() {
+			for lo := 0; lo < n; lo += redisBatch {
+				args := make([]any, 0, redisBatch)
+				for _, it := range items[lo:min(lo+redisBatch, n)] {
+					args = append(args, it)
+				}
+				if err := rdb.PFAdd(ctx, "hll", args...).Err(); err != nil {
+					panic(err)
+				}
+			}
+		})
+	}))
+	unp := timeRedis(rdb, "hll", rb.single, func() {
+		for _, it := range items[:rb.single] {
+			if err := rdb.PFAdd(ctx, "hll", it).Err(); err != nil {
+				panic(err)
+			}
+		}
+	})
+	dt.Row("Redis "+rb.version, "PFADD of 1 item, one command a round trip (first items only)", rb.single, unp.rate, num(unp.rate/oursRate, "%.3g"), num(unp.cpuUs, "%.2f"), "-", "-", "-", "-")
+}
+
+func (rb *redisBench) pipelinedHow() string {
+	return fmt.Sprintf("pipelined, %s commands a round trip", humanize(redisBatch))
+}
+
+// hitCells are the top-k recall and precision of the reported items.
+func (rb *redisBench) hitCells(reported []string) (cell, cell) {
+	h := float64(topHits(reported, rb.counts, redisK))
+	return num(h/redisK, "%.2f"), num(h/float64(max(len(reported), 1)), "%.2f")
+}
+
+// topKTable: ZINCRBY (exact counts) pipelined and one a round trip against
+// synopses.HeavyHitters in process, a heavy_hitters job and a Go map.
+func (rb *redisBench) topKTable() {
+	n, items := rb.n, rb.items
+	ht := newTable("peers", "Peers: Redis ZINCRBY (exact top k) against our heavy hitters", "", "system", "how", "items", "items/s", "÷ ours in process", "server CPU µs/item", "memory", "top-100 recall", "top-100 precision")
 	var hh *synopses.HeavyHitters
 	hhRate := median(peersReps, func() float64 {
 		hh = synopses.NewHeavyHitters(2000)
@@ -635,42 +710,12 @@ func redisTables(quick bool) {
 		}
 		return float64(n) / time.Since(start).Seconds()
 	})
-	zrange := func() []string {
-		top, err := rdb.ZRevRange(ctx, "top", 0, k-1).Result()
-		if err != nil {
-			panic(err)
-		}
-		return top
-	}
-	zin := medianRun(peersReps, func() redisRun {
-		return timeRedis(rdb, "top", n, func() {
-			pipelined(rdb, items, batch, func(p redis.Pipeliner, it string) { p.ZIncrBy(ctx, "top", 1, it) })
-		})
-	})
-	start := time.Now()
-	top := zrange()
-	zrangeMs := float64(time.Since(start).Microseconds()) / 1000
-	zmem, _ := rdb.MemoryUsage(ctx, "top", 0).Result()
-	for _, it := range top {
-		if s, _ := rdb.ZScore(ctx, "top", it).Result(); int(s) != counts[it] {
-			panic(fmt.Sprintf("redis counts %s %v times, the stream has it %d times", it, s, counts[it]))
-		}
-	}
-	r, p := hitCells(top)
-	ht.Row("Redis "+version, "ZINCRBY, "+how+fmt.Sprintf("; then ZREVRANGE 0 99 (%.2f ms)", zrangeMs), n, zin.rate, num(zin.rate/hhRate, "%.3g"), num(zin.cpuUs, "%.2f"), humanize(float64(zmem))+" B", r, p)
-	unp = timeRedis(rdb, "top", single, func() {
-		for _, it := range items[:single] {
-			if err := rdb.ZIncrBy(ctx, "top", 1, it).Err(); err != nil {
-				panic(err)
-			}
-		}
-	})
-	ht.Row("Redis "+version, "ZINCRBY, one command a round trip (first items only)", single, unp.rate, num(unp.rate/hhRate, "%.3g"), num(unp.cpuUs, "%.2f"), "-", "-", "-")
+	rb.zincrbyRows(ht, hhRate)
 	var keys []string
-	for _, it := range hh.TopK(k) {
+	for _, it := range hh.TopK(redisK) {
 		keys = append(keys, it.Key)
 	}
-	r, p = hitCells(keys)
+	r, p := rb.hitCells(keys)
 	ht.Row("mlstream synopses.HeavyHitters (2,000 counters)", "in process, one core", n, hhRate, num(1, "%.3g"), "-", bytesOf(func() any {
 		h := synopses.NewHeavyHitters(2000)
 		for _, it := range items {
@@ -678,22 +723,8 @@ func redisTables(quick bool) {
 		}
 		return h
 	}), r, p)
-	hspec := runtime.Spec{Name: "peers", Kind: "heavy_hitters", Input: "s", Params: map[string]any{"field": "item", "counters": 2000}}
-	keys = nil
-	hrate := median(peersReps, func() float64 {
-		e, job, rate := feedEngine(chunk(hspec.Input, body), n, hspec, "")
-		defer e.Close(context.Background())
-		tk, err := job.TopK(runtime.WindowAll, k)
-		if err != nil {
-			panic(err)
-		}
-		keys = keys[:0]
-		for _, it := range tk.Items {
-			keys = append(keys, it.Key)
-		}
-		return rate
-	})
-	r, p = hitCells(keys)
+	hrate, keys := rb.heavyHittersJob()
+	r, p = rb.hitCells(keys)
 	ht.Row("mlstream heavy_hitters job (2,000 counters a partition)", "engine, 2 partitions, JSON parsed", n, hrate, num(hrate/hhRate, "%.3g"), "-", "-", r, p)
 	mapRate := median(peersReps, func() float64 {
 		m := map[string]uint64{}
@@ -709,4 +740,59 @@ func redisTables(quick bool) {
 		"Redis as in the table above (go-redis, one goroutine, median of %d runs; memory: MEMORY USAGE of the key); ours in process (memory: live heap of the summary) and through a heavy_hitters job fed through Batch.",
 		humanize(float64(n)), peersReps)
 	ht.Print()
+}
+
+// zincrbyRows adds Redis's rows to the top-k table: ZINCRBY pipelined,
+// then ZREVRANGE (its scores checked against the exact counts), and
+// ZINCRBY one a round trip.
+func (rb *redisBench) zincrbyRows(ht *Table, hhRate float64) {
+	rdb, ctx, n, items, counts := rb.rdb, rb.ctx, rb.n, rb.items, rb.counts
+	zin := medianRun(peersReps, func() redisRun {
+		return timeRedis(rdb, "top", n, func() {
+			pipelined(rdb, items, redisBatch, func(p redis.Pipeliner, it string) { p.ZIncrBy(ctx, "top", 1, it) })
+		})
+	})
+	start := time.Now()
+	top, err := rdb.ZRevRange(ctx, "top", 0, redisK-1).Result()
+	if err != nil {
+		panic(err)
+	}
+	zrangeMs := float64(time.Since(start).Microseconds()) / 1000
+	zmem, _ := rdb.MemoryUsage(ctx, "top", 0).Result()
+	for _, it := range top {
+		if s, _ := rdb.ZScore(ctx, "top", it).Result(); int(s) != counts[it] {
+			panic(fmt.Sprintf("redis counts %s %v times, the stream has it %d times", it, s, counts[it]))
+		}
+	}
+	r, p := rb.hitCells(top)
+	ht.Row("Redis "+rb.version, "ZINCRBY, "+rb.pipelinedHow()+fmt.Sprintf("; then ZREVRANGE 0 99 (%.2f ms)", zrangeMs), n, zin.rate, num(zin.rate/hhRate, "%.3g"), num(zin.cpuUs, "%.2f"), humanize(float64(zmem))+" B", r, p)
+	unp := timeRedis(rdb, "top", rb.single, func() {
+		for _, it := range items[:rb.single] {
+			if err := rdb.ZIncrBy(ctx, "top", 1, it).Err(); err != nil {
+				panic(err)
+			}
+		}
+	})
+	ht.Row("Redis "+rb.version, "ZINCRBY, one command a round trip (first items only)", rb.single, unp.rate, num(unp.rate/hhRate, "%.3g"), num(unp.cpuUs, "%.2f"), "-", "-", "-")
+}
+
+// heavyHittersJob feeds the stream to a heavy_hitters job: its events/s
+// and the keys of its top redisK.
+func (rb *redisBench) heavyHittersJob() (float64, []string) {
+	hspec := runtime.Spec{Name: "peers", Kind: "heavy_hitters", Input: "s", Params: map[string]any{"field": "item", "counters": 2000}}
+	var keys []string
+	hrate := median(peersReps, func() float64 {
+		e, job, rate := feedEngine(chunk(hspec.Input, rb.body), rb.n, hspec, "")
+		defer e.Close(context.Background())
+		tk, err := job.TopK(runtime.WindowAll, redisK)
+		if err != nil {
+			panic(err)
+		}
+		keys = keys[:0]
+		for _, it := range tk.Items {
+			keys = append(keys, it.Key)
+		}
+		return rate
+	})
+	return hrate, keys
 }

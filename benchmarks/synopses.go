@@ -12,11 +12,19 @@ import (
 // synopsesTables measures heavy hitters against exact counting in a Go map
 // on the same Zipf stream, and HyperLogLog's error against its precision.
 func synopsesTables(quick bool, reps int) {
-	n, universe := 2_000_000, 100_000
+	n := 2_000_000
 	if quick {
 		n = 500_000
 	}
 	stream := zipfNames(n)
+	heavyHittersTable(stream, reps)
+	distinctTable(stream, quick, reps)
+}
+
+// heavyHittersTable: Space-Saving of several sizes against a Go map, in
+// time, memory and the quality of its top 100.
+func heavyHittersTable(stream []string, reps int) {
+	n, universe := len(stream), 100_000
 	exact := map[string]uint64{}
 	for _, s := range stream {
 		exact[s]++
@@ -45,48 +53,60 @@ func synopsesTables(quick bool, reps int) {
 		}
 		return m
 	}), "1.00", "1.00", "yes", "")
+	truth := map[string]bool{}
+	for _, k := range keys[:100] {
+		truth[k] = true
+	}
 	for _, counters := range []int{500, 2000, 10000} {
-		var hh *synopses.HeavyHitters
-		ns := median(reps, func() float64 {
-			hh = synopses.NewHeavyHitters(counters)
-			start := time.Now()
-			for _, s := range stream {
-				hh.Update(s, 1)
-			}
-			return float64(time.Since(start).Nanoseconds()) / float64(n)
-		})
-		top := hh.TopK(100)
-		truth := map[string]bool{}
-		for _, k := range keys[:100] {
-			truth[k] = true
-		}
-		hits, ok := 0, true
-		for _, it := range hh.Items() {
-			if c := exact[it.Key]; c < it.Lower || c > it.Upper {
-				ok = false
-			}
-		}
-		for _, it := range top {
-			if truth[it.Key] {
-				hits++
-			}
-		}
-		target := ""
-		if counters == 2000 {
-			target = "recall >= 0.99, <= 50 ns/item"
-		}
-		t.Row(fmt.Sprintf("Space-Saving, %d counters", counters), num(ns, "%.1f"),
-			bytesOf(func() any {
-				h := synopses.NewHeavyHitters(counters)
-				for _, s := range stream {
-					h.Update(s, 1)
-				}
-				return h
-			}), num(float64(hits)/100, "%.2f"), num(float64(hits)/float64(len(top)), "%.2f"), yes(ok), target)
+		spaceSavingRow(t, stream, counters, exact, truth, reps)
 	}
 	t.Print()
+}
 
-	t = newTable("synopses", "Synopses: HyperLogLog error against precision",
+// spaceSavingRow measures Space-Saving with counters counters on the
+// stream: time, memory, recall and precision of its top 100 against truth,
+// and whether every item's bounds hold its exact count.
+func spaceSavingRow(t *Table, stream []string, counters int, exact map[string]uint64, truth map[string]bool, reps int) {
+	n := len(stream)
+	var hh *synopses.HeavyHitters
+	ns := median(reps, func() float64 {
+		hh = synopses.NewHeavyHitters(counters)
+		start := time.Now()
+		for _, s := range stream {
+			hh.Update(s, 1)
+		}
+		return float64(time.Since(start).Nanoseconds()) / float64(n)
+	})
+	top := hh.TopK(100)
+	hits, ok := 0, true
+	for _, it := range hh.Items() {
+		if c := exact[it.Key]; c < it.Lower || c > it.Upper {
+			ok = false
+		}
+	}
+	for _, it := range top {
+		if truth[it.Key] {
+			hits++
+		}
+	}
+	target := ""
+	if counters == 2000 {
+		target = "recall >= 0.99, <= 50 ns/item"
+	}
+	t.Row(fmt.Sprintf("Space-Saving, %d counters", counters), num(ns, "%.1f"),
+		bytesOf(func() any {
+			h := synopses.NewHeavyHitters(counters)
+			for _, s := range stream {
+				h.Update(s, 1)
+			}
+			return h
+		}), num(float64(hits)/100, "%.2f"), num(float64(hits)/float64(len(top)), "%.2f"), yes(ok), target)
+}
+
+// distinctTable: HyperLogLog's error, memory and insert cost against its
+// precision.
+func distinctTable(stream []string, quick bool, reps int) {
+	t := newTable("synopses", "Synopses: HyperLogLog error against precision",
 		"Median and largest relative error of the estimate over 20 seeded streams per cardinality (distinct 64-bit hashes); standard error 1.04/sqrt(2^p); insert cost on strings, hashing included.",
 		"precision", "memory", "std error", "n = 1,000", "n = 100,000", "n = 1,000,000", "ns/insert")
 	for _, p := range []uint8{10, 12, 14, 16} {

@@ -127,28 +127,119 @@ func (j *Join) RecoverState(r io.Reader) error {
 	if err != nil {
 		return err
 	}
+	b, err := j.decodeBackup(data)
+	if err != nil {
+		return err
+	}
+	j.applyBackup(b)
+	return nil
+}
+
+// backup is a decoded backup, checked against the join before any of its
+// state changes.
+type backup struct {
+	full    bool
+	c       Counters
+	started bool
+	front   uint64 // absolute number of the ring's front tuple
+	tuples  []tuple
+	updates []tupleUpdate // delta only: new counts of older tuples
+	wins    []*Acc
+	closed  []*Acc
+}
+
+// tupleUpdate is a delta's new counts of a tuple the state already holds.
+type tupleUpdate struct {
+	abs uint64
+	acc float64
+	m   int32
+	win uint32
+}
+
+// decodeBackup decodes data written by BackupState and checks that a delta
+// follows the state and that the windows fit the join's window.
+func (j *Join) decodeBackup(data []byte) (backup, error) {
 	d := wire.NewDec(data, ErrCorrupt)
-	full := d.Header(magic) == wire.KindFull
-	var c Counters
+	b := backup{full: d.Header(magic) == wire.KindFull}
+	b.c, b.started = readCounters(d)
+	b.front = d.Uvarint()
+	from := b.front
+	if !b.full {
+		prev := d.Uvarint()
+		if d.Err == nil && prev != j.backedTail {
+			return b, fmt.Errorf("%w: delta follows a backup up to tuple %d, the state holds up to %d", ErrCorrupt, prev, j.backedTail)
+		}
+		from = max(b.front, prev)
+	}
+	if b.tuples = readTuples(d); d.Err != nil {
+		return b, d.Err
+	}
+	if !b.full {
+		b.updates = readUpdates(d, b.front, from)
+	}
+	b.wins = readAccs(d)
+	b.closed = readAccs(d)
+	if err := d.End(); err != nil {
+		return b, err
+	}
+	if j.cfg.Window == 0 && len(b.wins) != 1 || j.cfg.Window > 0 && len(b.wins) == 0 && len(b.closed) == 0 && b.c.Seen > 0 {
+		return b, fmt.Errorf("%w: windows do not fit the join's window of %d ms", ErrCorrupt, j.cfg.Window)
+	}
+	return b, nil
+}
+
+// applyBackup changes the state to a decoded backup: a full one replaces
+// the ring, a delta trims its front, updates older tuples' counts and
+// appends the new tuples.
+func (j *Join) applyBackup(b backup) {
+	if b.full {
+		j.ring, j.head, j.n, j.frontAbs = nil, 0, 0, b.front
+		clear(j.index)
+	} else {
+		for j.n > 0 && j.frontAbs < b.front {
+			j.evictFront(false, nil, 0)
+		}
+		if j.n == 0 {
+			j.frontAbs = b.front
+		}
+		for _, u := range b.updates {
+			t := &j.ring[j.indexOf(u.abs)]
+			t.acc, t.m, t.win = u.acc, u.m, u.win
+		}
+	}
+	for i := range b.tuples {
+		t := &b.tuples[i]
+		ix, ok := j.index[t.hash]
+		if !ok {
+			ix = emptyIndex
+		}
+		j.insert(t, &ix)
+		j.index[t.hash] = ix
+	}
+	j.c, j.started = b.c, b.started
+	j.wins, j.closed = b.wins, b.closed
+	j.backedTail = j.frontAbs + uint64(j.n)
+	j.dirty = j.dirty[:0]
+	j.div = 0
+}
+
+// readCounters reads what appendCounters wrote.
+func readCounters(d *wire.Dec) (c Counters, started bool) {
 	for _, p := range []*uint64{&c.Seen, &c.Sampled, &c.Matches, &c.Late, &c.Expired, &c.Evicted} {
 		*p = d.Uvarint()
 	}
 	c.Recovers = int(d.Uvarint())
 	c.MaxTS = d.Varint()
 	c.Lost = d.F64()
-	started := d.Byte() == 1
-	front := d.Uvarint()
-	from := front
-	if !full {
-		prev := d.Uvarint()
-		if d.Err == nil && prev != j.backedTail {
-			return fmt.Errorf("%w: delta follows a backup up to tuple %d, the state holds up to %d", ErrCorrupt, prev, j.backedTail)
-		}
-		from = max(front, prev)
-	}
+	started = d.Byte() == 1
+	return c, started
+}
+
+// readTuples reads a count and the tuples appendTuple wrote, unlinked.
+func readTuples(d *wire.Dec) []tuple {
 	n := d.Count(math.MaxInt32, tupleWire)
 	if d.Err != nil {
-		return d.Err
+		return nil
 	}
 	tuples := make([]tuple, n)
 	for i := range tuples {
@@ -162,63 +253,23 @@ func (j *Join) RecoverState(r io.Reader) error {
 		}
 		t.next = -1
 	}
-	type update struct {
-		abs uint64
-		acc float64
-		m   int32
-		win uint32
-	}
-	var updates []update
-	if !full {
-		k := d.Count(math.MaxInt32, 17)
-		for range k {
-			u := update{abs: d.Uvarint(), acc: d.F64()}
-			u.m, u.win = int32(d.U32()), d.U32()
-			if d.Err == nil && (u.abs < front || u.abs >= from) {
-				d.Fail("update of tuple %d outside [%d, %d)", u.abs, front, from)
-			}
-			updates = append(updates, u)
+	return tuples
+}
+
+// readUpdates reads a delta's updates, each of a tuple in [front, from):
+// one the previous backup held and the ring still does.
+func readUpdates(d *wire.Dec, front, from uint64) []tupleUpdate {
+	var updates []tupleUpdate
+	k := d.Count(math.MaxInt32, 17)
+	for range k {
+		u := tupleUpdate{abs: d.Uvarint(), acc: d.F64()}
+		u.m, u.win = int32(d.U32()), d.U32()
+		if d.Err == nil && (u.abs < front || u.abs >= from) {
+			d.Fail("update of tuple %d outside [%d, %d)", u.abs, front, from)
 		}
+		updates = append(updates, u)
 	}
-	wins := readAccs(d)
-	closed := readAccs(d)
-	if err := d.End(); err != nil {
-		return err
-	}
-	if j.cfg.Window == 0 && len(wins) != 1 || j.cfg.Window > 0 && len(wins) == 0 && len(closed) == 0 && c.Seen > 0 {
-		return fmt.Errorf("%w: windows do not fit the join's window of %d ms", ErrCorrupt, j.cfg.Window)
-	}
-	// Decoded: now change the state.
-	if full {
-		j.ring, j.head, j.n, j.frontAbs = nil, 0, 0, front
-		clear(j.index)
-	} else {
-		for j.n > 0 && j.frontAbs < front {
-			j.evictFront(false, nil, 0)
-		}
-		if j.n == 0 {
-			j.frontAbs = front
-		}
-		for _, u := range updates {
-			t := &j.ring[j.indexOf(u.abs)]
-			t.acc, t.m, t.win = u.acc, u.m, u.win
-		}
-	}
-	for i := range tuples {
-		t := &tuples[i]
-		ix, ok := j.index[t.hash]
-		if !ok {
-			ix = emptyIndex
-		}
-		j.insert(t, &ix)
-		j.index[t.hash] = ix
-	}
-	j.c, j.started = c, started
-	j.wins, j.closed = wins, closed
-	j.backedTail = j.frontAbs + uint64(j.n)
-	j.dirty = j.dirty[:0]
-	j.div = 0
-	return nil
+	return updates
 }
 
 func readAccs(d *wire.Dec) []*Acc {

@@ -66,6 +66,6 @@
 // a [Progressive] to get accuracy, log loss and AUC over the whole run and a
 // recent window. Progressive values of several partitions can be merged.
 //
-// Everything here is a plain value: no clock, disk or network (the runtime
-// drives it; see STYLE.md rule 1).
+// Everything here is a plain value: no clock, disk or network. The runtime
+// drives it, so the learner stays deterministic and is tested without I/O.
 package learners

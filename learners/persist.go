@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"math"
@@ -115,73 +116,132 @@ func (m *Model) writeSnapshot(w io.Writer, slots []uint32, delta bool) (int64, e
 // for recovery: it must not run while Learners of m learn or sync, and their
 // local deltas are kept as they are.
 func (m *Model) ReadFrom(r io.Reader) (int64, error) {
-	var n int64
-	crc := crc32.New(crcTable)
-	read := func(buf []byte) error {
-		k, err := io.ReadFull(r, buf)
-		n += int64(k)
-		if err != nil {
-			if err == io.EOF || err == io.ErrUnexpectedEOF {
-				return fmt.Errorf("%w: truncated", ErrCorrupt)
-			}
-			return err
-		}
-		return nil
+	sr := &snapshotReader{r: r, crc: crc32.New(crcTable)}
+	h, err := sr.header()
+	if err != nil {
+		return sr.n, err
 	}
+	if err := m.checkCompatible(h); err != nil {
+		return sr.n, err
+	}
+	entries, err := sr.entries(h.count, m.nslots)
+	if err != nil {
+		return sr.n, err
+	}
+	if err := sr.checksum(); err != nil {
+		return sr.n, err
+	}
+	m.applySnapshot(h, entries)
+	return sr.n, nil
+}
+
+// snapshotReader reads a snapshot, counting the bytes read and summing
+// those the checksum covers.
+type snapshotReader struct {
+	r   io.Reader
+	n   int64
+	crc hash.Hash32
+}
+
+// snapshotHeader is a decoded snapshot header.
+type snapshotHeader struct {
+	bits                    int
+	opt                     optKind
+	adaptive, delta         bool
+	version, updates, count uint64
+}
+
+// snapshotEntry is one slot of a snapshot.
+type snapshotEntry struct {
+	slot      uint32
+	a, b, inv uint64
+}
+
+// read fills buf; a short read is ErrCorrupt.
+func (sr *snapshotReader) read(buf []byte) error {
+	k, err := io.ReadFull(sr.r, buf)
+	sr.n += int64(k)
+	if err != nil {
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return fmt.Errorf("%w: truncated", ErrCorrupt)
+		}
+		return err
+	}
+	return nil
+}
+
+// readSummed fills buf and adds it to the checksum.
+func (sr *snapshotReader) readSummed(buf []byte) error {
+	if err := sr.read(buf); err != nil {
+		return err
+	}
+	sr.crc.Write(buf)
+	return nil
+}
+
+// header reads and decodes the header, checking the magic and the delta flag.
+func (sr *snapshotReader) header() (snapshotHeader, error) {
 	var hdr [headerSize]byte
-	if err := read(hdr[:]); err != nil {
-		return n, err
+	if err := sr.readSummed(hdr[:]); err != nil {
+		return snapshotHeader{}, err
 	}
 	if [8]byte(hdr[:8]) != snapshotMagic {
-		return n, fmt.Errorf("%w: bad magic", ErrCorrupt)
+		return snapshotHeader{}, fmt.Errorf("%w: bad magic", ErrCorrupt)
 	}
-	crc.Write(hdr[:])
-	bits, opt, adaptive, delta := int(hdr[8]), optKind(hdr[9]), hdr[10] == 1, hdr[11] == 1
 	if hdr[11] > 1 {
-		return n, fmt.Errorf("%w: bad delta flag", ErrCorrupt)
+		return snapshotHeader{}, fmt.Errorf("%w: bad delta flag", ErrCorrupt)
 	}
-	if bits != m.cfg.HashBits {
-		return n, fmt.Errorf("%w: hash_bits %d, model has %d", ErrIncompatible, bits, m.cfg.HashBits)
+	return snapshotHeader{
+		bits: int(hdr[8]), opt: optKind(hdr[9]), adaptive: hdr[10] == 1, delta: hdr[11] == 1,
+		version: binary.LittleEndian.Uint64(hdr[12:]),
+		updates: binary.LittleEndian.Uint64(hdr[20:]),
+		count:   binary.LittleEndian.Uint64(hdr[28:]),
+	}, nil
+}
+
+// checkCompatible refuses a snapshot of another configuration of the model
+// (ErrIncompatible) or with more slots than the model has (ErrCorrupt).
+func (m *Model) checkCompatible(h snapshotHeader) error {
+	if h.bits != m.cfg.HashBits {
+		return fmt.Errorf("%w: hash_bits %d, model has %d", ErrIncompatible, h.bits, m.cfg.HashBits)
 	}
-	if opt != m.opt {
-		return n, fmt.Errorf("%w: optimizer %d, model has %d", ErrIncompatible, opt, m.opt)
+	if h.opt != m.opt {
+		return fmt.Errorf("%w: optimizer %d, model has %d", ErrIncompatible, h.opt, m.opt)
 	}
-	if adaptive != m.adaptive {
-		return n, fmt.Errorf("%w: adaptive %v, model has %v", ErrIncompatible, adaptive, m.adaptive)
+	if h.adaptive != m.adaptive {
+		return fmt.Errorf("%w: adaptive %v, model has %v", ErrIncompatible, h.adaptive, m.adaptive)
 	}
-	version := binary.LittleEndian.Uint64(hdr[12:])
-	updates := binary.LittleEndian.Uint64(hdr[20:])
-	count := binary.LittleEndian.Uint64(hdr[28:])
-	if count > uint64(m.nslots) {
-		return n, fmt.Errorf("%w: %d slots, model has %d", ErrCorrupt, count, m.nslots)
+	if h.count > uint64(m.nslots) {
+		return fmt.Errorf("%w: %d slots, model has %d", ErrCorrupt, h.count, m.nslots)
 	}
-	type entry struct {
-		slot      uint32
-		a, b, inv uint64
-	}
-	entries := make([]entry, 0, count)
+	return nil
+}
+
+// entries reads count slots in chunks, checking that they increase, lie
+// below nslots and hold finite numbers.
+func (sr *snapshotReader) entries(count uint64, nslots int) ([]snapshotEntry, error) {
+	entries := make([]snapshotEntry, 0, count)
 	buf := make([]byte, 1024*entrySize)
 	next := int64(0)
 	for left := int(count); left > 0; {
 		k := min(left, 1024)
 		chunk := buf[:k*entrySize]
-		if err := read(chunk); err != nil {
-			return n, err
+		if err := sr.readSummed(chunk); err != nil {
+			return nil, err
 		}
-		crc.Write(chunk)
 		for off := 0; off < len(chunk); off += entrySize {
-			e := entry{
+			e := snapshotEntry{
 				slot: binary.LittleEndian.Uint32(chunk[off:]),
 				a:    binary.LittleEndian.Uint64(chunk[off+4:]),
 				b:    binary.LittleEndian.Uint64(chunk[off+12:]),
 				inv:  binary.LittleEndian.Uint64(chunk[off+20:]),
 			}
-			if int64(e.slot) < next || int(e.slot) >= m.nslots {
-				return n, fmt.Errorf("%w: slot %d out of order or range", ErrCorrupt, e.slot)
+			if int64(e.slot) < next || int(e.slot) >= nslots {
+				return nil, fmt.Errorf("%w: slot %d out of order or range", ErrCorrupt, e.slot)
 			}
 			for _, v := range [3]uint64{e.a, e.b, e.inv} {
 				if f := math.Float64frombits(v); math.IsNaN(f) || math.IsInf(f, 0) {
-					return n, fmt.Errorf("%w: slot %d is not finite", ErrCorrupt, e.slot)
+					return nil, fmt.Errorf("%w: slot %d is not finite", ErrCorrupt, e.slot)
 				}
 			}
 			next = int64(e.slot) + 1
@@ -189,14 +249,25 @@ func (m *Model) ReadFrom(r io.Reader) (int64, error) {
 		}
 		left -= k
 	}
+	return entries, nil
+}
+
+// checksum reads the trailing CRC and compares it with what was read.
+func (sr *snapshotReader) checksum() error {
 	var sum [4]byte
-	if err := read(sum[:]); err != nil {
-		return n, err
+	if err := sr.read(sum[:]); err != nil {
+		return err
 	}
-	if binary.LittleEndian.Uint32(sum[:]) != crc.Sum32() {
-		return n, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	if binary.LittleEndian.Uint32(sum[:]) != sr.crc.Sum32() {
+		return fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
-	if !delta {
+	return nil
+}
+
+// applySnapshot installs a checked snapshot: a full one replaces every slot, a
+// delta only those it holds.
+func (m *Model) applySnapshot(h snapshotHeader, entries []snapshotEntry) {
+	if !h.delta {
 		for i := range m.state {
 			atomic.StoreUint64(&m.state[i], 0)
 		}
@@ -207,9 +278,8 @@ func (m *Model) ReadFrom(r io.Reader) (int64, error) {
 		atomic.StoreUint64(&m.state[base+offB], e.b)
 		atomic.StoreUint64(&m.state[base+offInv], e.inv)
 	}
-	m.updates.Store(updates)
-	m.version.Store(version)
-	return n, nil
+	m.updates.Store(h.updates)
+	m.version.Store(h.version)
 }
 
 type countWriter struct {

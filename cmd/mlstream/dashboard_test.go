@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/mlstream/mlstream/client"
 )
 
 // chromiumPath finds a Chromium binary. Without one the test is skipped,
@@ -307,39 +308,64 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	b.do("loading the dashboard", chromedp.Navigate(url+"/"))
 	b.waitFor("the feed connects", `s.conn === "live"`, nil, 15*time.Second)
-
-	// The job list equals GET /v1/jobs, names, kinds and order.
-	var list struct {
-		Jobs []struct {
-			Name, Kind  string
-			Consistency *struct{ Model string }
-		}
+	jobs := b.checkJobList(url)
+	b.checkPanelsFill(jobs)
+	b.checkLayouts()
+	b.checkConsole()
+	b.checkRestartShown(srv, args)
+	b.checkJoinPanel()
+	b.checkCoordinationPanels()
+	if dir := os.Getenv("MLSTREAM_DASHBOARD_SHOTS"); dir != "" {
+		b.screenshots(dir)
 	}
-	getJSON(t, url+"/v1/jobs", &list)
+	b.checkConsole()
+	if testing.Verbose() {
+		t.Logf("console of the page:\n%s", b.consoleLog())
+	}
+}
+
+// checkJobList checks that the job list equals GET /v1/jobs (names, kinds
+// and order) and that each job shows its kind's panel and the
+// fault-tolerance panel; it returns the API's list.
+func (b *browser) checkJobList(url string) []client.JobStatus {
+	t := b.t
+	t.Helper()
+	jobs, err := clientOf(t, url).Jobs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	var want []string
-	for _, j := range list.Jobs {
+	for _, j := range jobs {
 		want = append(want, j.Name+":"+j.Kind)
 	}
 	if len(want) < 3 {
 		t.Fatalf("the demo runs %v, want at least 3 jobs", want)
 	}
 	b.waitFor("the job list equals GET /v1/jobs", `JSON.stringify(s.jobs) === JSON.stringify(s0)`, want, 10*time.Second)
-	// Each job shows its kind's panel and the fault-tolerance panel.
 	panels := map[string]string{}
-	for _, j := range list.Jobs {
+	for _, j := range jobs {
 		panels[j.Name] = map[string]string{"logreg": "logreg", "heavy_hitters": "topk", "distinct": "distinct", "join": "join"}[j.Kind]
 	}
 	b.waitFor("each job shows its panels", `Object.entries(s0).every(([job, p]) => ["ft", p].every(x => (s.blocks[job] || "").split(",").includes(x)))`, panels, 10*time.Second)
+	return jobs
+}
 
-	// Counters and charts change; every panel fills: every job shows its
-	// group size and mode, the logreg job its consistency model as the API
-	// reports it.
+// checkPanelsFill checks that counters and charts change and every panel
+// fills: every job shows its group size and mode, the logreg job its
+// consistency model as the API reports it.
+func (b *browser) checkPanelsFill(jobs []client.JobStatus) {
+	t := b.t
+	t.Helper()
 	var names []string
 	consistency := ""
-	for _, j := range list.Jobs {
+	for _, j := range jobs {
 		names = append(names, j.Name)
-		if j.Name == demoJob && j.Consistency != nil {
-			consistency = j.Consistency.Model
+		var c struct{ Consistency *struct{ Model string } }
+		if err := json.Unmarshal(j.Raw, &c); err != nil {
+			t.Fatal(err)
+		}
+		if j.Name == demoJob && c.Consistency != nil {
+			consistency = c.Consistency.Model
 		}
 	}
 	if consistency == "" {
@@ -353,18 +379,27 @@ func TestDashboardInBrowser(t *testing.T) {
 		&& s.ftBackups !== "–" && Object.values(s.health).every(h => h === "ok" || h === "warn")
 		&& s0.jobNames.every(j => /^[0-9.,]+ \((auto|fixed)\)$/.test(s.group[j] || "") && num(s.group[j].split(" ")[0]) >= 1)
 		&& s.groupPoints >= s0.groupPoints + 3 && s.consistency === s0.wantConsistency`, s0, 30*time.Second)
+}
 
-	// A phone and a laptop: nothing wider than the screen; at 1280 px the
-	// model's two charts sit side by side.
+// checkLayouts checks a phone and a laptop: nothing wider than the screen;
+// at 1280 px the model's two charts sit side by side.
+func (b *browser) checkLayouts() {
+	b.t.Helper()
 	b.do("phone width", chromedp.EmulateViewport(400, 860, chromedp.EmulateMobile))
 	b.waitFor("the page fits 400 px", `s.overflow <= 0`, nil, 5*time.Second)
 	b.do("laptop width", chromedp.EmulateViewport(1280, 900))
 	b.waitFor("the page fits 1280 px with charts side by side", `s.overflow <= 0 && (() => {
 		const [a, l] = ["acc", "loss"].map(c => document.querySelector('section.job[data-job="clicks"] [data-chart="' + c + '"]').getBoundingClientRect());
 		return a.top === l.top && a.width > 400 && l.left > a.right; })()`, nil, 5*time.Second)
-	b.checkConsole()
+}
 
-	// kill -9 and a restart on the same data and address.
+// checkRestartShown kills the service with -9 and restarts it on the same
+// data and address: the page notices, reconnects by itself and shows the
+// recovery the API reports.
+func (b *browser) checkRestartShown(srv *proc, args []string) {
+	t := b.t
+	t.Helper()
+	url := srv.url()
 	created := b.state()["created"] // of the job before the crash
 	killed := time.Now()
 	kill9(t, srv)
@@ -384,7 +419,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			}
 		}
 	}
-	getJSON(t, url+"/v1/jobs/"+demoJob, &job)
+	getJob(t, url, demoJob, &job)
 	rec := job.FT.Recovery
 	if rec == nil || rec.Clean || rec.Failures != 1 {
 		b.fatalf("recovery after kill -9: %+v", rec)
@@ -405,6 +440,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	s1 := b.state()
 	b.waitFor("counters climb after the restart", `num(s.processed) > num(s0.processed) && s.acc >= s0.acc + 2
 		&& Object.values(s.health).every(h => h === "ok" || h === "warn")`, s1, 30*time.Second)
+}
+
+// checkJoinPanel checks the panel of a join job.
+func (b *browser) checkJoinPanel() {
+	b.t.Helper()
 	// A join job's panel, from statuses shaped as join jobs report them,
 	// whole and with every field missing. No ticker samples them: they
 	// are not the service's jobs, so the page's poll of /v1/jobs (every
@@ -429,7 +469,12 @@ func TestDashboardInBrowser(t *testing.T) {
 			&& j.querySelectorAll("table.estimates tbody tr").length === 3 && j.querySelectorAll('[data-ticker="match"] tbody tr').length === 1
 			&& sp.querySelector('[data-f="matches"]').textContent === "–"; })()`, nil, 5*time.Second)
 	b.do("removing the join probes", chromedp.Evaluate[chromedp.Void](`removeJob("join-probe"), removeJob("join-sparse")`))
+}
 
+// checkCoordinationPanels checks the coordination, shedding and
+// held-back panels.
+func (b *browser) checkCoordinationPanels() {
+	b.t.Helper()
 	// Coordination, shedding and held-back senders, from statuses shaped as
 	// the service reports them (the demo sheds nothing, holds no one back
 	// and runs async), whole and with fields missing. Fed, read and removed
@@ -483,14 +528,6 @@ func TestDashboardInBrowser(t *testing.T) {
 		if got := fmt.Sprint(probe[k]); !strings.Contains(got, want) {
 			b.fatalf("coordination probe: %s = %q, want it to say %q", k, got, want)
 		}
-	}
-
-	if dir := os.Getenv("MLSTREAM_DASHBOARD_SHOTS"); dir != "" {
-		b.screenshots(dir)
-	}
-	b.checkConsole()
-	if testing.Verbose() {
-		t.Logf("console of the page:\n%s", b.consoleLog())
 	}
 }
 

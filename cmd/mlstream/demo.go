@@ -39,7 +39,40 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *rate <= 0 {
 		return fmt.Errorf("--rate must be positive, got %d", *rate)
 	}
-	o.extraSpecs = []runtime.Spec{{
+	o.extraSpecs = demoSpecs()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	genDone := make(chan struct{})
+	started := false
+	o.ready = func(l listening) {
+		started = true
+		demoBanner(stdout, l, *rate, *drift)
+		// The generator posts over HTTP like any client: with tokens
+		// configured, with one of its own that nobody else sees.
+		c := poster{client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: l.clientTLS}}}
+		if l.auth != nil {
+			c.token = l.auth.Ephemeral(api.ScopeIngest)
+		}
+		go func() {
+			defer close(genDone)
+			generate(ctx, c, l.url+"v1/streams/", gen.Config{Seed: *seed, DriftAfter: *drift}, *rate, slog.Default())
+		}()
+	}
+	err := serve(ctx, o)
+	cancel()
+	if started {
+		select {
+		case <-genDone:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return err
+}
+
+// demoSpecs are the demo's jobs: a logreg job, heavy hitters and distinct
+// counts on its stream, and a join of it with the purchases.
+func demoSpecs() []runtime.Spec {
+	return []runtime.Spec{{
 		Name: demoJob, Kind: "logreg", Input: demoStream,
 		Params: map[string]any{"hash_bits": 18, "window": 5000},
 	}, {
@@ -56,42 +89,20 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Params: map[string]any{"on": "key", "within": "5s", "allowed_lateness": "1m", "value": "amount", "value_side": "right",
 			"window": "10s", "max_state": "16MiB"},
 	}}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	genDone := make(chan struct{})
-	started := false
-	o.ready = func(l listening) {
-		started = true
-		url := l.url
-		fmt.Fprintf(stdout, "mlstream demo: dashboard at %s\n", url)
-		fmt.Fprintf(stdout, "  job %q (logreg) learns from stream %q: %d events/s from a known true model, which drifts after %d events\n", demoJob, demoStream, *rate, *drift)
-		fmt.Fprintf(stdout, "  jobs \"top-features\" (heavy hitters, 10 s windows) and \"users\" (distinct keys) read it too\n")
-		fmt.Fprintf(stdout, "  job \"conversions\" joins it with stream %q (a purchase after some clicks) within 5 s\n", purchaseStream)
-		if l.auth != nil {
-			fmt.Fprintf(stdout, "  try: curl -H \"Authorization: Bearer $READ_TOKEN\" %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
-		} else {
-			fmt.Fprintf(stdout, "  try: curl %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
-		}
-		// The generator posts over HTTP like any client: with tokens
-		// configured, with one of its own that nobody else sees.
-		c := poster{client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: l.clientTLS}}}
-		if l.auth != nil {
-			c.token = l.auth.Ephemeral(api.ScopeIngest)
-		}
-		go func() {
-			defer close(genDone)
-			generate(ctx, c, url+"v1/streams/", gen.Config{Seed: *seed, DriftAfter: *drift}, *rate, slog.Default())
-		}()
+}
+
+// demoBanner tells the user where the dashboard is and what runs.
+func demoBanner(stdout io.Writer, l listening, rate, drift int) {
+	url := l.url
+	fmt.Fprintf(stdout, "mlstream demo: dashboard at %s\n", url)
+	fmt.Fprintf(stdout, "  job %q (logreg) learns from stream %q: %d events/s from a known true model, which drifts after %d events\n", demoJob, demoStream, rate, drift)
+	fmt.Fprintf(stdout, "  jobs \"top-features\" (heavy hitters, 10 s windows) and \"users\" (distinct keys) read it too\n")
+	fmt.Fprintf(stdout, "  job \"conversions\" joins it with stream %q (a purchase after some clicks) within 5 s\n", purchaseStream)
+	if l.auth != nil {
+		fmt.Fprintf(stdout, "  try: curl -H \"Authorization: Bearer $READ_TOKEN\" %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
+	} else {
+		fmt.Fprintf(stdout, "  try: curl %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
 	}
-	err := serve(ctx, o)
-	cancel()
-	if started {
-		select {
-		case <-genDone:
-		case <-time.After(5 * time.Second):
-		}
-	}
-	return err
 }
 
 // generate posts generated events to the demo stream under streams (the

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlstream/mlstream/client"
 	"github.com/mlstream/mlstream/internal/gen"
 )
 
@@ -144,47 +145,63 @@ func (p *proc) wait() {
 	}
 }
 
-func getJSON(t *testing.T, url string, v any) {
+// clients are the tests' clients by server URL, one each, so that polling
+// reuses connections.
+var clients = struct {
+	sync.Mutex
+	m map[string]*client.Client
+}{m: map[string]*client.Client{}}
+
+// clientOf is a client of the server at url that retries nothing: a
+// refused or failed request fails at once, and the test with it.
+func clientOf(t *testing.T, url string) *client.Client {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
+	clients.Lock()
+	defer clients.Unlock()
+	c := clients.m[url]
+	if c == nil {
+		var err error
+		if c, err = client.New(url, client.Config{Retry: client.RetryPolicy{MaxRetries: -1}}); err != nil {
+			t.Fatal(err)
+		}
+		clients.m[url] = c
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %s %s", url, resp.Status, b)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatal(err)
-	}
+	return c
 }
 
-type jobView struct {
-	Accepted, Processed uint64
-	Metrics             struct {
-		All, Recent struct {
-			Count    int64
-			Accuracy float64
+// getJob returns a job's status; view, when not nil, also receives the
+// whole status, for the sections the client does not type (ft, ...).
+func getJob(t *testing.T, url, job string, view any) *client.JobStatus {
+	t.Helper()
+	st, err := clientOf(t, url).Job(t.Context(), job)
+	if err != nil {
+		t.Fatalf("job %s: %v", job, err)
+	}
+	if view != nil {
+		if err := json.Unmarshal(st.Raw, view); err != nil {
+			t.Fatalf("job %s: %v", job, err)
 		}
 	}
+	return st
 }
 
-// postNDJSON posts one NDJSON body to a stream, insists on 202, and
-// returns how many events were accepted.
+// postNDJSON posts one NDJSON body to a stream, insists that it is
+// accepted, and returns how many events were.
 func postNDJSON(t *testing.T, url, stream string, body []byte) int {
 	t.Helper()
-	resp, err := http.Post(url+"/v1/streams/"+stream+"/events", "application/x-ndjson", bytes.NewReader(body))
+	in, err := clientOf(t, url).PostEvents(t.Context(), stream, body)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("post to %s: %v", stream, err)
 	}
-	defer resp.Body.Close()
-	var r struct{ Accepted int }
-	_ = json.NewDecoder(resp.Body).Decode(&r)
-	if resp.StatusCode != 202 {
-		t.Fatalf("post to %s: status %d", stream, resp.StatusCode)
+	return in.Accepted
+}
+
+// checkReady insists that the server answers /readyz with 200.
+func checkReady(t *testing.T, url string) {
+	t.Helper()
+	if ok, err := clientOf(t, url).Ready(t.Context()); !ok || err != nil {
+		t.Fatalf("readyz: ready %v, %v", ok, err)
 	}
-	return r.Accepted
 }
 
 func writeConfig(t *testing.T, doc string) string {
@@ -229,25 +246,29 @@ func TestDemoLearns(t *testing.T) {
 	p := start(t, "demo", "--addr", "127.0.0.1:0", "--rate", "5000", "--data", t.TempDir())
 	url := p.url()
 	deadline := time.Now().Add(60 * time.Second)
-	var j jobView
+	var m client.ModelMetrics
 	for {
-		getJSON(t, url+"/v1/jobs/"+demoJob, &j)
-		if j.Metrics.All.Count >= 20000 {
+		if j := getJob(t, url, demoJob, nil); j.Metrics != nil {
+			m = *j.Metrics
+		}
+		if m.All.Count >= 20000 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("demo learned from only %d events", j.Metrics.All.Count)
+			t.Fatalf("demo learned from only %d events", m.All.Count)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if j.Metrics.Recent.Accuracy < 0.7 {
-		t.Errorf("demo recent accuracy %.3f", j.Metrics.Recent.Accuracy)
+	if m.Recent.Accuracy < 0.7 {
+		t.Errorf("demo recent accuracy %.3f", m.Recent.Accuracy)
 	}
 	// The demo's join pairs purchases with the events before them.
-	var m joinView
-	getJSON(t, url+"/v1/jobs/conversions/matches", &m)
-	if m.Matches == 0 || m.Late*100 > m.Seen {
-		t.Errorf("demo join: %d matches, %d of %d events late", m.Matches, m.Late, m.Seen)
+	jm, err := clientOf(t, url).Matches(t.Context(), "conversions", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jm.Matches == 0 || jm.Late*100 > jm.Seen {
+		t.Errorf("demo join: %d matches, %d of %d events late", jm.Matches, jm.Late, jm.Seen)
 	}
 	resp, err := http.Get(url + "/")
 	if err != nil || resp.StatusCode != 200 {
@@ -275,13 +296,16 @@ func TestReplayBreastCancer(t *testing.T) {
 	if !regexp.MustCompile(`accepted\s+569`).MatchString(out.String()) {
 		t.Fatalf("replay summary:\n%s", out.String())
 	}
-	var j jobView
 	deadline := time.Now().Add(30 * time.Second)
-	for getJSON(t, url+"/v1/jobs/cancer", &j); j.Processed < 569; getJSON(t, url+"/v1/jobs/cancer", &j) {
+	j := getJob(t, url, "cancer", nil)
+	for ; j.Processed < 569; j = getJob(t, url, "cancer", nil) {
 		if time.Now().After(deadline) {
 			t.Fatalf("processed %d", j.Processed)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if j.Metrics == nil {
+		t.Fatal("no metrics in the status of a logreg job")
 	}
 	// One pass, progressive (every event predicted before it is learned),
 	// on the unscaled values as shipped. scikit-learn's SGDClassifier

@@ -11,8 +11,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"flag"
 	"io"
 	"math/big"
@@ -26,6 +26,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/mlstream/mlstream/api"
+	"github.com/mlstream/mlstream/client"
 	"github.com/mlstream/mlstream/runtime"
 )
 
@@ -151,26 +152,20 @@ func TestTLSAndWSS(t *testing.T) {
 		t.Fatalf("url %s", l.url)
 	}
 	tlsCfg := &tls.Config{RootCAs: pool}
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
-	get := func(path, token string) (int, map[string]any) {
-		req, _ := http.NewRequest("GET", "https://"+l.addr+path, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := client.Do(req)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
+	job := func(token string) (*client.JobStatus, error) {
+		c, err := client.New("https://"+l.addr, client.Config{HTTPClient: hc, Token: token, Retry: client.RetryPolicy{MaxRetries: -1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		var out map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&out)
-		return resp.StatusCode, out
+		return c.Job(t.Context(), "spam")
 	}
-	if code, out := get("/v1/jobs/spam", tok); code != 200 || out["name"] != "spam" {
-		t.Fatalf("HTTPS GET: %d %v", code, out)
+	if st, err := job(tok); err != nil || st.Name != "spam" {
+		t.Fatalf("HTTPS GET: %v %+v", err, st)
 	}
-	if code, _ := get("/v1/jobs/spam", ""); code != 401 {
-		t.Fatalf("HTTPS GET without a token: %d", code)
+	var refused *client.Error
+	if _, err := job(""); !errors.As(err, &refused) || refused.Status != 401 {
+		t.Fatalf("HTTPS GET without a token: %v", err)
 	}
 	// Plain HTTP on the TLS port gets nowhere.
 	if resp, err := http.Get("http://" + l.addr + "/v1/jobs"); err == nil {

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlstream/mlstream/client"
 	"github.com/mlstream/mlstream/internal/gen"
 )
 
@@ -80,18 +81,16 @@ func ftConfig(t *testing.T, ft string) string {
 // scores the answers against their labels.
 func heldOutAccuracy(t *testing.T, url string, events []gen.Event) float64 {
 	t.Helper()
-	var body []byte
-	for _, ev := range events {
-		body = append(ev.AppendJSON(body), '\n')
+	evs := make([]any, len(events))
+	for i, ev := range events {
+		evs[i] = json.RawMessage(ev.AppendJSON(nil))
 	}
-	resp, err := http.Post(url+"/v1/jobs/spam/predict", "application/x-ndjson", bytes.NewReader(body))
+	out, err := clientOf(t, url).Predict(t.Context(), "spam", evs...)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("predict: %v", err)
 	}
-	defer resp.Body.Close()
-	var out struct{ Predictions []struct{ P float64 } }
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Predictions) != len(events) {
-		t.Fatalf("predict: %v, %d answers", err, len(out.Predictions))
+	if len(out.Predictions) != len(events) {
+		t.Fatalf("predict: %d answers to %d events", len(out.Predictions), len(events))
 	}
 	right := 0
 	for i, p := range out.Predictions {
@@ -124,7 +123,7 @@ func TestKill9ApproxLossStaysBounded(t *testing.T) {
 		last = p
 		url := p.url()
 		var v ftView
-		getJSON(t, url+"/v1/jobs/spam", &v)
+		getJob(t, url, "spam", &v)
 		promise = v.FT.Promise.Events
 		if run > 0 {
 			rec := v.FT.Recovery
@@ -174,7 +173,7 @@ func TestKill9ApproxLossStaysBounded(t *testing.T) {
 		postEvents(t, q.url(), events)
 	}
 	var v ftView
-	for getJSON(t, q.url()+"/v1/jobs/spam", &v); v.Processed < uint64(accepted); getJSON(t, q.url()+"/v1/jobs/spam", &v) {
+	for getJob(t, q.url(), "spam", &v); v.Processed < uint64(accepted); getJob(t, q.url(), "spam", &v) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	clean := heldOutAccuracy(t, q.url(), held)
@@ -209,7 +208,7 @@ func TestKill9ExactLosesNothing(t *testing.T) {
 		p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
 		url := p.url()
 		var v ftView
-		getJSON(t, url+"/v1/jobs/spam", &v)
+		getJob(t, url, "spam", &v)
 		if run > 0 {
 			if rec := v.FT.Recovery; rec == nil || rec.Lost != 0 || rec.Failures != run {
 				t.Fatalf("run %d: recovery %+v", run, rec)
@@ -222,7 +221,7 @@ func TestKill9ExactLosesNothing(t *testing.T) {
 					t.Fatalf("run %d: learned %d of %d accepted events", run, v.Metrics.All.Count, accepted)
 				}
 				time.Sleep(10 * time.Millisecond)
-				getJSON(t, url+"/v1/jobs/spam", &v)
+				getJob(t, url, "spam", &v)
 			}
 		}
 		if run == 3 {
@@ -248,7 +247,7 @@ func TestGracefulShutdownLosesNothingInAnyMode(t *testing.T) {
 			p.wait()
 			q := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
 			var v ftView
-			getJSON(t, q.url()+"/v1/jobs/spam", &v)
+			getJob(t, q.url(), "spam", &v)
 			if mode == "none" {
 				if v.FT.Mode != "" || v.Metrics.All.Count != 0 {
 					t.Fatalf("mode none restored something: %+v", v)
@@ -303,17 +302,13 @@ func TestDamagedBackupsAreSurvived(t *testing.T) {
 	}
 	q := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
 	var v ftView
-	getJSON(t, q.url()+"/v1/jobs/spam", &v)
+	getJob(t, q.url(), "spam", &v)
 	rec := v.FT.Recovery
 	if rec == nil || len(rec.Skipped) == 0 || rec.Backups == 0 {
 		t.Fatalf("recovery %+v", rec)
 	}
 	t.Logf("skipped: %v; restored from %d backups, lost %d", rec.Skipped, rec.Backups, rec.Lost)
-	resp, err := http.Get(q.url() + "/readyz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("readyz: %v %v", err, resp)
-	}
-	resp.Body.Close()
+	checkReady(t, q.url())
 	postGen(t, q.url(), gen.New(gen.Config{Seed: 25}), 1000, 500)
 }
 
@@ -327,13 +322,13 @@ func TestThresholdsResetAtWindowEnd(t *testing.T) {
 	kill9(t, p)
 	q := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
 	var v ftView
-	getJSON(t, q.url()+"/v1/jobs/spam", &v)
+	getJob(t, q.url(), "spam", &v)
 	if v.FT.Failures != 1 || v.FT.StateThresholds.Theta != 0.25 {
 		t.Fatalf("after a crash: failures %d theta %v", v.FT.Failures, v.FT.StateThresholds.Theta)
 	}
 	postGen(t, q.url(), g, 4000, 500)
 	deadline := time.Now().Add(20 * time.Second)
-	for getJSON(t, q.url()+"/v1/jobs/spam", &v); v.FT.Failures != 0; getJSON(t, q.url()+"/v1/jobs/spam", &v) {
+	for getJob(t, q.url(), "spam", &v); v.FT.Failures != 0; getJob(t, q.url(), "spam", &v) {
 		if time.Now().After(deadline) {
 			t.Fatalf("thresholds not reset: failures %d, theta %v", v.FT.Failures, v.FT.StateThresholds.Theta)
 		}
@@ -359,16 +354,12 @@ func TestKill9SynopsesBoundsHold(t *testing.T) {
 		p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
 		url := p.url()
 		if run > 0 {
-			var top struct {
-				Items []struct {
-					Key          string
-					Lower, Upper uint64
-				}
-				MaxUntracked uint64 `json:"max_untracked"`
+			top, err := clientOf(t, url).TopK(t.Context(), "top", 20, client.WindowAll)
+			if err != nil {
+				t.Fatal(err)
 			}
-			getJSON(t, url+"/v1/jobs/top/topk?k=20&window=all", &top)
 			var v ftView
-			getJSON(t, url+"/v1/jobs/top", &v)
+			getJob(t, url, "top", &v)
 			t.Logf("run %d: heavy hitters lost %d events (bound %d); %d items listed, max_untracked %d",
 				run, v.FT.Recovery.Lost, v.FT.Recovery.Bound.Events, len(top.Items), top.MaxUntracked)
 			for _, it := range top.Items {
@@ -387,8 +378,10 @@ func TestKill9SynopsesBoundsHold(t *testing.T) {
 					t.Fatalf("run %d: %s (%d) above max_untracked %d but not listed", run, k, c, top.MaxUntracked)
 				}
 			}
-			var d struct{ Estimate, Lower, Upper uint64 }
-			getJSON(t, url+"/v1/jobs/users/distinct?window=all", &d)
+			d, err := clientOf(t, url).Distinct(t.Context(), "users", client.WindowAll)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if n := uint64(len(users)); d.Upper < n {
 				t.Fatalf("run %d: %d users, distinct upper bound %d (estimate %d)", run, n, d.Upper, d.Estimate)
 			}
@@ -455,6 +448,7 @@ func TestKill9ExactRequestsAreWholeOrAbsent(t *testing.T) {
 		}
 		// Four senders post until the kill; each request is one item, its
 		// events keyed to spread over the partitions.
+		c := clientOf(t, url)
 		var wg sync.WaitGroup
 		for w := range 4 {
 			wg.Go(func() {
@@ -464,12 +458,12 @@ func TestKill9ExactRequestsAreWholeOrAbsent(t *testing.T) {
 					for e := range perReq {
 						body = fmt.Appendf(body, "{\"key\":\"%s-%d\",\"item\":%q}\n", id, e, id)
 					}
-					resp, err := http.Post(url+"/v1/streams/clicks/events", "application/x-ndjson", bytes.NewReader(body))
-					if err != nil {
+					_, err := c.PostEvents(context.Background(), "clicks", body)
+					var refused *client.Error
+					if err != nil && !errors.As(err, &refused) {
 						return // killed
 					}
-					resp.Body.Close()
-					if resp.StatusCode == http.StatusAccepted {
+					if err == nil {
 						mu.Lock()
 						acked[id] = true
 						mu.Unlock()
@@ -508,20 +502,17 @@ func checkWholeRequests(t *testing.T, url string, run, perReq int, acked map[str
 			}
 		}
 	}
-	getJSON(t, url+"/v1/jobs/top", &v)
+	getJob(t, url, "top", &v)
 	if rec := v.FT.Recovery; rec == nil || rec.Lost != 0 {
 		t.Fatalf("run %d: recovery %+v", run, rec)
 	}
 	// With more counters than items, nothing is evicted: the lower bound
 	// is the count (the upper one is widened by what a crash might have
 	// lost, which is nothing here).
-	var top struct {
-		Items []struct {
-			Key   string
-			Lower uint64
-		}
+	top, err := clientOf(t, url).TopK(t.Context(), "top", 4000, client.WindowAll)
+	if err != nil {
+		t.Fatal(err)
 	}
-	getJSON(t, url+"/v1/jobs/top/topk?k=4000&window=all", &top)
 	counts := map[string]uint64{}
 	for _, it := range top.Items {
 		counts[it.Key] = it.Lower
@@ -575,7 +566,7 @@ func afterDamage(t *testing.T, p *proc, want ...string) {
 			}
 		}
 	}
-	getJSON(t, url+"/v1/jobs/spam", &v)
+	getJob(t, url, "spam", &v)
 	rec := v.FT.Recovery
 	if rec == nil || rec.Lost < 0 || rec.Clean {
 		t.Fatalf("recovery %+v", rec)
@@ -586,15 +577,11 @@ func afterDamage(t *testing.T, p *proc, want ...string) {
 			t.Fatalf("the recovery does not report the damaged %s: skipped %q", w, skipped)
 		}
 	}
-	resp, err := http.Get(url + "/readyz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("readyz: %v %v", err, resp)
-	}
-	resp.Body.Close()
+	checkReady(t, url)
 	before := v.Metrics.All.Count
 	n := postGen(t, url, gen.New(gen.Config{Seed: 27}), 1000, 500)
 	deadline := time.Now().Add(20 * time.Second)
-	for getJSON(t, url+"/v1/jobs/spam", &v); v.Metrics.All.Count < before+int64(n); getJSON(t, url+"/v1/jobs/spam", &v) {
+	for getJob(t, url, "spam", &v); v.Metrics.All.Count < before+int64(n); getJob(t, url, "spam", &v) {
 		if time.Now().After(deadline) {
 			t.Fatalf("learned %d events after the restart, %d posted", v.Metrics.All.Count-before, n)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/mlstream/mlstream/internal/gen"
@@ -33,9 +34,15 @@ func TestKill9JoinIntervalHolds(t *testing.T) {
 		if run > 0 {
 			truth := float64(gen.JoinCount(evs[:perRun*run], 100))
 			var v ftView
-			getJSON(t, url+"/v1/jobs/conv", &v)
+			getJob(t, url, "conv", &v)
+			jm, err := clientOf(t, url).Matches(t.Context(), "conv", "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var m joinView
-			getJSON(t, url+"/v1/jobs/conv/matches", &m)
+			if err := json.Unmarshal(jm.Raw, &m); err != nil {
+				t.Fatal(err)
+			}
 			rec := v.FT.Recovery
 			if rec == nil || !rec.Within || rec.Lost > rec.Bound.Events {
 				t.Fatalf("run %d: recovery %+v", run, rec)

@@ -89,6 +89,23 @@ func parseReplayArgs(args []string, stderr io.Writer) (*replayOptions, error) {
 	o := &replayOptions{}
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	o.register(fs)
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.check(positional); err != nil {
+		return nil, err
+	}
+	o.file = positional[0]
+	if o.token == "" {
+		o.token = os.Getenv("MLSTREAM_TOKEN")
+	}
+	return o, nil
+}
+
+// register defines replay's flags and usage on fs.
+func (o *replayOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.stream, "stream", "", "stream to post the events to (required)")
 	fs.StringVar(&o.url, "url", "http://localhost:8080", "base URL of the mlstream server")
 	fs.Float64Var(&o.rate, "rate", 0, "events per second; 0 sends as fast as the server takes them")
@@ -105,10 +122,13 @@ func parseReplayArgs(args []string, stderr io.Writer) (*replayOptions, error) {
 		fmt.Fprint(fs.Output(), replayUsage)
 		fs.PrintDefaults()
 	}
+}
 
-	// The flag package stops at the first non-flag argument: take it as a positional one and go on
-	// parsing, so that FILE may stand before, between or after the flags. After "--" everything
-	// is positional.
+// parseInterspersed parses flags and positional arguments in any order.
+// The flag package stops at the first non-flag argument: take it as a
+// positional one and go on parsing, so that FILE may stand before, between
+// or after the flags. After "--" everything is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -119,51 +139,49 @@ func parseReplayArgs(args []string, stderr io.Writer) (*replayOptions, error) {
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			break
+			return positional, nil
 		}
 		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			positional = append(positional, rest...)
-			break
+			return append(positional, rest...), nil
 		}
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
+}
 
+// check refuses a missing or second FILE and flag values out of range.
+func (o *replayOptions) check(positional []string) error {
 	switch {
 	case len(positional) == 0:
-		return nil, errors.New("replay: missing FILE (use - for stdin); see mlstream replay -h")
+		return errors.New("replay: missing FILE (use - for stdin); see mlstream replay -h")
 	case len(positional) > 1:
-		return nil, fmt.Errorf("replay: expected one FILE, got %d: %q", len(positional), positional)
+		return fmt.Errorf("replay: expected one FILE, got %d: %q", len(positional), positional)
 	case o.stream == "":
-		return nil, errors.New("replay: --stream is required")
+		return errors.New("replay: --stream is required")
 	case o.batch < 1:
-		return nil, fmt.Errorf("replay: --batch must be at least 1, got %d", o.batch)
+		return fmt.Errorf("replay: --batch must be at least 1, got %d", o.batch)
 	case o.batchBytes < 1:
-		return nil, fmt.Errorf("replay: --batch-bytes must be at least 1, got %d", o.batchBytes)
+		return fmt.Errorf("replay: --batch-bytes must be at least 1, got %d", o.batchBytes)
 	case o.concurrency < 1:
-		return nil, fmt.Errorf("replay: --concurrency must be at least 1, got %d", o.concurrency)
+		return fmt.Errorf("replay: --concurrency must be at least 1, got %d", o.concurrency)
 	case o.rate < 0 || math.IsNaN(o.rate) || math.IsInf(o.rate, 0):
-		return nil, fmt.Errorf("replay: --rate must be a finite number >= 0, got %v", o.rate)
+		return fmt.Errorf("replay: --rate must be a finite number >= 0, got %v", o.rate)
 	case o.timeout <= 0:
-		return nil, fmt.Errorf("replay: --timeout must be positive, got %v", o.timeout)
+		return fmt.Errorf("replay: --timeout must be positive, got %v", o.timeout)
 	case o.maxRetries < 0:
-		return nil, fmt.Errorf("replay: --max-retries must be >= 0, got %d", o.maxRetries)
+		return fmt.Errorf("replay: --max-retries must be >= 0, got %d", o.maxRetries)
 	case o.giveUp < 0:
-		return nil, fmt.Errorf("replay: --give-up must be >= 0, got %v", o.giveUp)
+		return fmt.Errorf("replay: --give-up must be >= 0, got %v", o.giveUp)
 	case o.flushAfter <= 0:
-		return nil, fmt.Errorf("replay: --flush-after must be positive, got %v", o.flushAfter)
+		return fmt.Errorf("replay: --flush-after must be positive, got %v", o.flushAfter)
 	case o.progress != "auto" && o.progress != "on" && o.progress != "off":
-		return nil, fmt.Errorf("replay: --progress must be auto, on or off, got %q", o.progress)
+		return fmt.Errorf("replay: --progress must be auto, on or off, got %q", o.progress)
 	}
 	u, err := url.Parse(o.url)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("replay: --url must be an http(s) URL like http://localhost:8080, got %q", o.url)
+		return fmt.Errorf("replay: --url must be an http(s) URL like http://localhost:8080, got %q", o.url)
 	}
-	o.file = positional[0]
-	if o.token == "" {
-		o.token = os.Getenv("MLSTREAM_TOKEN")
-	}
-	return o, nil
+	return nil
 }
 
 // runReplay implements `mlstream replay`. args are the arguments after "replay".

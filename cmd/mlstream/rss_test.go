@@ -73,11 +73,9 @@ func mib(kb int64) int64 { return kb >> 10 }
 // post.
 func answers(t *testing.T, url string) {
 	t.Helper()
-	resp, err := http.Get(url + "/healthz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/healthz: %v %v", err, resp)
+	if err := clientOf(t, url).Healthz(t.Context()); err != nil {
+		t.Fatalf("/healthz: %v", err)
 	}
-	resp.Body.Close()
 	postNDJSON(t, url, "mail", []byte(`{"label":1,"features":{"x":1}}`+"\n"))
 }
 
@@ -135,37 +133,8 @@ func TestSlowClientsMemory(t *testing.T) {
 	addr := strings.TrimPrefix(url, "http://")
 	pid := p.cmd.Process.Pid
 	answers(t, url)
-	conns := make([]net.Conn, 0, clients)
-	for range clients {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		fmt.Fprintf(c, "POST /v1/streams/mail/events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n{", 16<<20)
-		conns = append(conns, c)
-	}
-	// Trickle a byte a second on every connection, until it is closed.
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for _, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(time.Second)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-					if _, err := c.Write([]byte(" ")); err != nil {
-						return
-					}
-				}
-			}
-		}()
-	}
+	conns := openSlowBodies(t, addr, clients)
+	stopTrickle := trickle(conns)
 	// For 5 seconds, the service answers and its memory stays small.
 	var worst int64
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
@@ -179,27 +148,8 @@ func TestSlowClientsMemory(t *testing.T) {
 		t.Errorf("peak RSS %d MiB with %d slow clients", mib(hwm), clients)
 	}
 	// The body deadline (--body-timeout 8s) cuts every one of them off.
-	var cut sync.WaitGroup
-	var mu sync.Mutex
-	statuses := map[int]int{}
-	for _, c := range conns {
-		cut.Add(1)
-		go func() {
-			defer cut.Done()
-			_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
-			status := 0
-			if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
-				status = resp.StatusCode
-				resp.Body.Close()
-			}
-			mu.Lock()
-			statuses[status]++
-			mu.Unlock()
-		}()
-	}
-	cut.Wait()
-	close(stop)
-	wg.Wait()
+	statuses := answersTo(conns)
+	stopTrickle()
 	if statuses[http.StatusRequestTimeout] != clients {
 		t.Errorf("answers to the slow clients: %v, want %d × 408", statuses, clients)
 	}
@@ -214,4 +164,71 @@ func TestSlowClientsMemory(t *testing.T) {
 	if !strings.Contains(metrics.String(), `mlstream_events_rejected_total{reason="timeout",stream="mail"} 300`) {
 		t.Errorf("the 408s are not counted in /metrics")
 	}
+}
+
+// openSlowBodies opens n connections, each posting a request that
+// announces a 16 MiB body and sends its first byte only.
+func openSlowBodies(t *testing.T, addr string, n int) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, 0, n)
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "POST /v1/streams/mail/events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n{", 16<<20)
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+// trickle writes a byte a second on every connection until it is closed
+// or stop is called; stop returns once every writer has.
+func trickle(conns []net.Conn) (stop func()) {
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for _, c := range conns {
+		wg.Go(func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-tick.C:
+					if _, err := c.Write([]byte(" ")); err != nil {
+						return
+					}
+				}
+			}
+		})
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// answersTo reads the answer on every connection (waiting up to a minute)
+// and counts them by status; 0 counts a connection closed without one.
+func answersTo(conns []net.Conn) map[int]int {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for _, c := range conns {
+		wg.Go(func() {
+			_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+			status := 0
+			if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+				status = resp.StatusCode
+				resp.Body.Close()
+			}
+			mu.Lock()
+			statuses[status]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return statuses
 }

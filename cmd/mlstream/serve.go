@@ -249,71 +249,123 @@ func serve(ctx context.Context, o serverOptions) error {
 	if err := setInputLimits(o); err != nil {
 		return err
 	}
-	var specs []runtime.Spec
-	if o.config != "" {
-		data, err := os.ReadFile(o.config)
-		if err != nil {
-			return fmt.Errorf("--config: %w", err)
-		}
-		if specs, err = runtime.ParseConfig(data); err != nil {
-			return fmt.Errorf("%s: %w", o.config, err)
-		}
+	specs, err := loadSpecs(o)
+	if err != nil {
+		return err
 	}
-	specs = append(specs, o.extraSpecs...)
-	if o.data != "" {
-		if err := os.MkdirAll(o.data, 0o755); err != nil {
-			return fmt.Errorf("--data: %w", err)
-		}
-		unlock, err := ft.LockDir(o.data) // one process per data directory
-		if err != nil {
-			return fmt.Errorf("--data: %w", err)
-		}
-		defer unlock()
+	store, unlock, err := openDataDir(o.data)
+	if err != nil {
+		return err
 	}
-
-	var store ft.Store
-	if o.data != "" {
-		ds, err := ft.NewDirStore(o.data)
-		if err != nil {
-			return fmt.Errorf("--data: %w", err)
-		}
-		store = ds
-	}
+	defer unlock()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	engine, err := startEngine(o, specs, store, reg, log)
 	if err != nil {
 		return err
 	}
-	srv := api.New(api.Config{
+	srv := newAPIServer(o, engine, reg, edge, log)
+	hs, ln, errc, err := listenAndServe(o.addr, srv, edge)
+	if err != nil {
+		_ = engine.Close(context.Background())
+		return err
+	}
+	if edge.auth != nil {
+		actx, stopAuth := context.WithCancel(ctx)
+		defer stopAuth()
+		watchTokens(actx, edge.auth, cmp.Or(o.authPoll, time.Second))
+	}
+	srv.SetReady(true)
+	announce(o, ln.Addr().String(), engine, edge, len(specs), log)
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		_ = engine.Close(context.Background())
+		return err
+	}
+	return shutdown(o.shutdownGrace, srv, hs, engine, log)
+}
+
+// loadSpecs reads the jobs of --config, if any, and adds the caller's.
+func loadSpecs(o serverOptions) ([]runtime.Spec, error) {
+	var specs []runtime.Spec
+	if o.config != "" {
+		data, err := os.ReadFile(o.config)
+		if err != nil {
+			return nil, fmt.Errorf("--config: %w", err)
+		}
+		if specs, err = runtime.ParseConfig(data); err != nil {
+			return nil, fmt.Errorf("%s: %w", o.config, err)
+		}
+	}
+	return append(specs, o.extraSpecs...), nil
+}
+
+// openDataDir creates and locks the data directory (one process per data
+// directory) and opens its store; unlock releases the lock. An empty dir
+// means no fault tolerance: a nil store and nothing to unlock.
+func openDataDir(dir string) (store ft.Store, unlock func() error, err error) {
+	if dir == "" {
+		return nil, func() error { return nil }, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("--data: %w", err)
+	}
+	unlock, err = ft.LockDir(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--data: %w", err)
+	}
+	ds, err := ft.NewDirStore(dir)
+	if err != nil {
+		_ = unlock()
+		return nil, nil, fmt.Errorf("--data: %w", err)
+	}
+	return ds, unlock, nil
+}
+
+// newAPIServer makes the HTTP API and dashboard over engine.
+func newAPIServer(o serverOptions, engine *runtime.Engine, reg *prometheus.Registry, edge edge, log *slog.Logger) *api.Server {
+	return api.New(api.Config{
 		Engine: engine, MaxBodyBytes: o.maxBody, MaxEventBytes: int(o.maxEvent),
 		WSBacklog: o.wsBacklog, MaxWSClients: o.maxWSClients, WSSlowTimeout: o.wsSlowTimeout,
 		Gatherer: reg, Registerer: reg, Auth: edge.auth, LoopbackHosts: edge.loopback && edge.auth == nil,
 		Dashboard: web.Handler(api.NotFound), Logger: log,
 	})
-	ln, err := net.Listen("tcp", o.addr)
+}
+
+// listenAndServe binds addr and serves h on it, over TLS when the edge
+// has a certificate; errc receives the error that ends serving.
+func listenAndServe(addr string, h http.Handler, edge edge) (hs *http.Server, ln net.Listener, errc chan error, err error) {
+	ln, err = net.Listen("tcp", addr)
 	if err != nil {
-		_ = engine.Close(context.Background())
-		return err
+		return nil, nil, nil, err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, TLSConfig: edge.tls}
-	errc := make(chan error, 1)
-	scheme := "http"
+	hs = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: edge.tls}
+	errc = make(chan error, 1)
 	if edge.tls != nil {
-		scheme = "https"
 		go func() { errc <- hs.ServeTLS(ln, "", "") }()
 	} else {
 		go func() { errc <- hs.Serve(ln) }()
 	}
-	if edge.auth != nil {
-		actx, stopAuth := context.WithCancel(ctx)
-		defer stopAuth()
-		go edge.auth.Watch(actx, cmp.Or(o.authPoll, time.Second))
-		go reloadOnHUP(actx, edge.auth)
+	return hs, ln, errc, nil
+}
+
+// watchTokens re-reads the tokens when their file changes or on SIGHUP,
+// until ctx ends.
+func watchTokens(ctx context.Context, auth *api.Auth, poll time.Duration) {
+	go auth.Watch(ctx, poll)
+	go reloadOnHUP(ctx, auth)
+}
+
+// announce logs that the service is up and tells the caller (the demo,
+// tests) where.
+func announce(o serverOptions, addr string, engine *runtime.Engine, edge edge, jobs int, log *slog.Logger) {
+	scheme := "http"
+	if edge.tls != nil {
+		scheme = "https"
 	}
-	srv.SetReady(true)
-	addr := ln.Addr().String()
-	log.Info("mlstream serving", "addr", addr, "scheme", scheme, "tokens", edge.auth.Count(), "jobs", len(specs), "version", version)
+	log.Info("mlstream serving", "addr", addr, "scheme", scheme, "tokens", edge.auth.Count(), "jobs", jobs, "version", version)
 	if o.onEngine != nil {
 		o.onEngine(engine)
 	}
@@ -324,15 +376,12 @@ func serve(ctx context.Context, o serverOptions) error {
 		}
 		o.ready(l)
 	}
+}
 
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		_ = engine.Close(context.Background())
-		return err
-	}
+// shutdown stops taking requests, then drains the queues within grace.
+func shutdown(grace time.Duration, srv *api.Server, hs *http.Server, engine *runtime.Engine, log *slog.Logger) error {
 	log.Info("shutting down: refusing new requests, draining queues")
-	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	srv.SetReady(false)
 	if err := hs.Shutdown(sctx); err != nil {
