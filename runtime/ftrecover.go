@@ -129,7 +129,7 @@ func (j *Job) replayLogs(rep *RecoveryReport, base, marks []uint64, backupDamage
 		// Never below what the item log holds: its appends must go on
 		// above its last record, or every request would fail.
 		covered[i] = max(marks[i], r.last, f.parts[i].log.LastSeq())
-		part.q.mu.nextSeq = covered[i] + 1
+		part.q.setNextSeq(covered[i] + 1)
 	}
 	f.reqs.recovered(base, reqs)
 	return covered, nil
@@ -210,7 +210,7 @@ func (f *jobFT) recovered(seqs []uint64) {
 // last applied backup's metadata and how many were applied.
 func (u *stateUnit) restore(rep *RecoveryReport) (ft.BackupMeta, int, error) {
 	f := u.f
-	chain, skipped, err := f.store.Chain(u.key)
+	chain, skipped, err := u.backups.Chain()
 	if err != nil {
 		return ft.BackupMeta{}, 0, fmt.Errorf("reading backups of %s: %w", u.key, err)
 	}

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -260,28 +259,18 @@ func serve(ctx context.Context, o serverOptions) error {
 		}
 	}
 	specs = append(specs, o.extraSpecs...)
+	var storage *ft.Dir
 	if o.data != "" {
-		if err := os.MkdirAll(o.data, 0o755); err != nil {
-			return fmt.Errorf("--data: %w", err)
-		}
-		unlock, err := ft.LockDir(o.data) // one process per data directory
+		d, err := ft.OpenDir(o.data) // locked: one process per data directory
 		if err != nil {
 			return fmt.Errorf("--data: %w", err)
 		}
-		defer unlock()
-	}
-
-	var store ft.Store
-	if o.data != "" {
-		ds, err := ft.NewDirStore(o.data)
-		if err != nil {
-			return fmt.Errorf("--data: %w", err)
-		}
-		store = ds
+		defer d.Close()
+		storage = d
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	engine, err := startEngine(o, specs, store, reg, log)
+	engine, err := startEngine(o, specs, storage, reg, log)
 	if err != nil {
 		return err
 	}
@@ -380,17 +369,18 @@ func maxMemoryBytes(v string) (int64, error) {
 
 // startEngine makes the engine and starts the config file's jobs, then the
 // jobs recorded at run time in the data directory.
-func startEngine(o serverOptions, specs []runtime.Spec, store ft.Store, reg *prometheus.Registry, log *slog.Logger) (*runtime.Engine, error) {
+func startEngine(o serverOptions, specs []runtime.Spec, storage *ft.Dir, reg *prometheus.Registry, log *slog.Logger) (*runtime.Engine, error) {
 	maxMem, err := maxMemoryBytes(o.maxMemory)
 	if err != nil {
 		return nil, err
 	}
 	cfg := runtime.Config{
 		Partitions: o.partitions, QueueSize: o.queue, IngestWait: o.ingestWait, Registry: reg, Logger: log,
-		Store: store, DataDir: o.data, MaxMemory: maxMem, MaxJobs: o.maxJobs,
+		MaxMemory: maxMem, MaxJobs: o.maxJobs,
 	}
-	if o.data != "" {
-		jobs, err := ft.OpenJobDir(filepath.Join(o.data, ".jobs"))
+	if storage != nil {
+		cfg.Storage = storage
+		jobs, err := storage.JobRecords()
 		if err != nil {
 			return nil, fmt.Errorf("--data: %w", err)
 		}
