@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlstream/mlstream/ft"
@@ -288,6 +289,9 @@ func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err e
 		}
 		return nil
 	}
+	if h := replayHook.Load(); h != nil {
+		(*h)(j.spec.Name, i)
+	}
 	_, err = j.ft.parts[i].log.ReplayFrames(after, func(fr *ft.StoredFrame) error {
 		if len(fr.Tag) > 0 && !reqs.whole(fr.Tag, len(j.parts)) {
 			// Not acknowledged, and not whole: none of it.
@@ -308,6 +312,10 @@ func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err e
 	part.op.idle(true)
 	return r, err
 }
+
+// replayHook, set by tests, is called before a partition's item log is
+// replayed: a test holds a recovery there for as long as it likes.
+var replayHook atomic.Pointer[func(job string, partition int)]
 
 // foundRequests are the multi-partition requests (mode exact) whose parts
 // the item logs hold: id -> the parts found, per partition.
