@@ -9,6 +9,7 @@ import (
 	goruntime "runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlstream/mlstream/ft"
@@ -200,7 +201,7 @@ func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created boo
 	if incarnation == "" {
 		incarnation = e.newIncarnation()
 	}
-	j, err := e.create(spec, mem, incarnation, record, withFT)
+	j, err := e.create(spec, mem, incarnation, record, withFT, &r.abort)
 	if err := e.publish(r, j, err); err != nil {
 		return false, err
 	}
@@ -215,7 +216,9 @@ type reservation struct {
 	mem  MemoryEstimate
 	// deleted is set, under the engine's lock, by a DeleteJob that came
 	// while the job was being created: publish removes the job instead.
+	// abort tells the recovery the same, so that it stops replaying.
 	deleted bool
+	abort   atomic.Bool
 	// done is closed when the creation is over; err is then the outcome
 	// of the removal a DeleteJob asked for.
 	done chan struct{}
@@ -242,13 +245,14 @@ func (e *Engine) reserve(spec Spec, mem MemoryEstimate) (r *reservation, running
 
 // create makes the job's data its incarnation's and launches the job;
 // outside the lock.
-func (e *Engine) create(spec Spec, mem MemoryEstimate, incarnation string, record, withFT bool) (*Job, error) {
+// abort, once set, makes the recovery give up.
+func (e *Engine) create(spec Spec, mem MemoryEstimate, incarnation string, record, withFT bool, abort *atomic.Bool) (*Job, error) {
 	if withFT {
 		if err := e.claimData(spec.Name, incarnation); err != nil {
 			return nil, fmt.Errorf("job %q: %w", spec.Name, err)
 		}
 	}
-	return e.launch(spec, mem, incarnation, record)
+	return e.launch(spec, mem, incarnation, record, abort)
 }
 
 // publish ends the reservation r: the job j (or the error that created
@@ -268,10 +272,7 @@ func (e *Engine) publish(r *reservation, j *Job, err error) error {
 		e.mu.deleting[name] = true
 		e.mu.Unlock()
 		r.err = e.remove(name, j)
-		if err == nil {
-			err = fmt.Errorf("%w: %q was deleted while it was being created", ErrJobExists, name)
-		}
-		return err
+		return fmt.Errorf("%w: %q was deleted while it was being created", ErrJobExists, name)
 	case err != nil:
 		e.mu.Unlock()
 		return err
@@ -310,13 +311,17 @@ func (e *Engine) nameFree(spec Spec) (running bool, err error) {
 	return false, nil
 }
 
-// launch makes the job, recovers and starts it, and records it.
-func (e *Engine) launch(spec Spec, mem MemoryEstimate, incarnation string, record bool) (*Job, error) {
+// launch makes the job, recovers and starts it, and records it. abort
+// (may be nil), once set, makes the recovery give up.
+func (e *Engine) launch(spec Spec, mem MemoryEstimate, incarnation string, record bool, abort *atomic.Bool) (*Job, error) {
 	j, err := newJob(spec, e.hub, &e.cfg)
 	if err != nil {
 		return nil, err
 	}
 	j.mem = mem
+	if j.ft != nil {
+		j.ft.abort = abort
+	}
 	if err := j.start(e.hub); err != nil {
 		return nil, fmt.Errorf("job %q: %w", spec.Name, err)
 	}
@@ -390,6 +395,7 @@ func (e *Engine) DeleteJob(name string) error {
 	e.mu.Lock()
 	if r := e.mu.creating[name]; r != nil {
 		r.deleted = true
+		r.abort.Store(true)
 		e.mu.Unlock()
 		<-r.done
 		return r.err

@@ -73,6 +73,10 @@ type jobFT struct {
 	// the storage (ft.RecoveryHistory) across restarts; written once per start.
 	history []RecoveryReport
 
+	// abort, when set (by a DeleteJob of the job being created), makes
+	// the recovery give up; nil: never.
+	abort *atomic.Bool
+
 	// reqs tracks, in mode exact, the requests over several partitions
 	// until their parts are all in written backups: see requests.
 	reqs requests

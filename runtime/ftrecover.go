@@ -293,6 +293,9 @@ func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err e
 		(*h)(j.spec.Name, i)
 	}
 	_, err = j.ft.parts[i].log.ReplayFrames(after, func(fr *ft.StoredFrame) error {
+		if j.ft.aborted() {
+			return errRecoveryAborted
+		}
 		if len(fr.Tag) > 0 && !reqs.whole(fr.Tag, len(j.parts)) {
 			// Not acknowledged, and not whole: none of it.
 			first := max(fr.First, fr.After+1)
@@ -312,6 +315,12 @@ func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err e
 	part.op.idle(true)
 	return r, err
 }
+
+// errRecoveryAborted ends the recovery of a job deleted meanwhile.
+var errRecoveryAborted = errors.New("runtime: recovery aborted: the job was deleted")
+
+// aborted says whether the job was deleted while it recovered.
+func (f *jobFT) aborted() bool { return f.abort != nil && f.abort.Load() }
 
 // replayHook, set by tests, is called before a partition's item log is
 // replayed: a test holds a recovery there for as long as it likes.

@@ -235,3 +235,63 @@ func TestDeleteWhileRecovering(t *testing.T) {
 		t.Errorf("the new job recovered %+v of the deleted one's data", *st.FT.Recovery)
 	}
 }
+
+// Close waits for a job being created, which is then stopped gracefully
+// and its PUT answered 503: its data is kept, and the next start finds
+// nothing lost.
+func TestCloseWhileRecovering(t *testing.T) {
+	dir := t.TempDir()
+	crashedWithLog(t, dir, 30)
+	n := startNode(t, dir)
+	entered, release := heldRecovery(t, "slow")
+	put := n.putAsync("/v1/jobs/slow", slowSpec)
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- n.engine.Close(context.Background()) }()
+	other := `{"kind":"heavy_hitters","input":"b","params":{"field":"key"},"ft":{"mode":"none"}}`
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body, err := n.do("PUT", "/v1/jobs/other", other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code == http.StatusServiceUnavailable {
+			break
+		}
+		if code != http.StatusCreated && code != http.StatusOK || time.Now().After(deadline) {
+			t.Fatalf("PUT while closing: %d %s", code, body)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a job was being created", err)
+	default:
+	}
+	release()
+	if r := <-put; r.err != nil || r.code != http.StatusServiceUnavailable {
+		t.Errorf("PUT of a job recovering when the engine closed: %+v, want 503", r)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	n.crash()
+
+	n2 := startNode(t, dir)
+	t.Cleanup(n2.close)
+	n2.want(http.StatusCreated, "PUT", "/v1/jobs/slow", slowSpec)
+	var st struct {
+		FT struct {
+			Recovery *struct {
+				Clean bool
+				Lost  int64
+			} `json:"recovery"`
+		} `json:"ft"`
+	}
+	if err := json.Unmarshal([]byte(n2.want(http.StatusOK, "GET", "/v1/jobs/slow", "")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if r := st.FT.Recovery; r != nil && (!r.Clean || r.Lost != 0) {
+		t.Errorf("after a close during recovery: %+v, want a clean start", *r)
+	}
+}
