@@ -201,7 +201,7 @@ func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created boo
 	if incarnation == "" {
 		incarnation = e.newIncarnation()
 	}
-	j, err := e.create(spec, mem, incarnation, record, withFT, &r.abort)
+	j, err := e.create(r, incarnation, record, withFT)
 	if err := e.publish(r, j, err); err != nil {
 		return false, err
 	}
@@ -243,16 +243,15 @@ func (e *Engine) reserve(spec Spec, mem MemoryEstimate) (r *reservation, running
 	return r, false, nil
 }
 
-// create makes the job's data its incarnation's and launches the job;
-// outside the lock.
-// abort, once set, makes the recovery give up.
-func (e *Engine) create(spec Spec, mem MemoryEstimate, incarnation string, record, withFT bool, abort *atomic.Bool) (*Job, error) {
+// create makes the job's data its incarnation's and launches the job of
+// reservation r; outside the lock.
+func (e *Engine) create(r *reservation, incarnation string, record, withFT bool) (*Job, error) {
 	if withFT {
-		if err := e.claimData(spec.Name, incarnation); err != nil {
-			return nil, fmt.Errorf("job %q: %w", spec.Name, err)
+		if err := e.claimData(r.spec.Name, incarnation); err != nil {
+			return nil, fmt.Errorf("job %q: %w", r.spec.Name, err)
 		}
 	}
-	return e.launch(spec, mem, incarnation, record, abort)
+	return e.launch(r.spec, r.mem, incarnation, record, &r.abort)
 }
 
 // publish ends the reservation r: the job j (or the error that created
