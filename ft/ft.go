@@ -11,13 +11,40 @@
 // the most outputs one event can produce.
 //
 // ft knows nothing of operators beyond the Stateful interface; the runtime
-// drives it. The pieces: Controller (the thresholds θ, l, γ and their
-// adaptation), Store (where backups go; DirStore is a local directory),
-// ItemLog (the log of pending events, a Frame of them per write, replayed
-// whole or not at all), the checksummed metadata files beside them
-// (WriteJobFile, SeqMark) and LockDir, which keeps a second process off a
-// data directory. Nothing on disk is believed without its checksum: a
-// damaged file is reported as a *CorruptError and passed over.
+// keeps AF-Stream's policy (when to back up, when to log) and drives it.
+// The pieces: Controller (the thresholds θ, l, γ and their adaptation),
+// Store (where backups go; DirStore is a local directory), ItemLog (the log
+// of pending events, a Frame of them per write, replayed whole or not at
+// all), the checksummed metadata files beside them (WriteJobFile, SeqMark)
+// and LockDir, which keeps a second process off a data directory. Nothing
+// on disk is believed without its checksum: a damaged file is reported as
+// a *CorruptError and passed over.
+//
+// Storage is the whole of what the runtime keeps of a job, behind one
+// interface: Dir puts it in a local directory, and the runtime does no
+// file I/O of its own. Another implementation (JetStream, say: a stream
+// per job, a subject per partition) must provide, per job (JobStorage):
+//
+//   - Claim: an owner tag (the incarnation) checked and set before the
+//     job opens anything, and the job's data removed when another owner's;
+//   - Backups: per unit, Put appending a full backup or a delta in order
+//     with increasing indices, Chain returning the newest intact full
+//     backup and its intact deltas (and the previous chain when the newest
+//     full one is damaged), Usage;
+//   - OpenItemLog: per partition, frames appended in sequence order, a
+//     flush that survives the process being killed, a commit that survives
+//     a power cut (mode exact waits for it before its 202), replay of
+//     every intact frame after a sequence number with a frame whole or not
+//     at all and damage reported as *ReplayDamage (TornTail when only the
+//     end is cut), truncation below a sequence number, LastSeq and Bytes;
+//   - OpenSeqMark: per partition, one number rewritten at every request,
+//     cheaply (no fsync), that reads back as written or as damaged;
+//   - ReadMeta, WriteMeta, RemoveMeta: small named blobs replaced
+//     atomically, missing reads as fs.ErrNotExist;
+//   - Remove: everything of the job gone, durably.
+//
+// What it must not do is believe damaged data: every read is checked, and
+// damage is reported (as *CorruptError) rather than returned as data.
 package ft
 
 import (

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mlstream/mlstream/ft"
 	"github.com/mlstream/mlstream/learners"
 	"github.com/valyala/fastjson"
 )
@@ -184,8 +183,8 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 				// records go with it, the other jobs still get theirs.
 				continue
 			}
-			if q.ft != nil && q.ft.mode == ft.ModeExact {
-				durable = append(durable, q.ft)
+			if p := jb.job.durablePart(i); p != nil {
+				durable = append(durable, p)
 			}
 		}
 		jb.job.accepted.Add(uint64(b.events) - jb.shedStats.shed)

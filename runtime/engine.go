@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"reflect"
 	goruntime "runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlstream/mlstream/ft"
@@ -31,9 +31,12 @@ type Config struct {
 	Registry prometheus.Registerer
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
-	// Store keeps the jobs' state backups, and DataDir their item logs;
-	// without a Store no job has fault tolerance (as if its mode were
-	// none).
+	// Storage keeps everything of the jobs' fault tolerance: backups, item
+	// logs, sequence marks, markers (ft.Dir is a local directory). Without
+	// it no job has fault tolerance (as if its mode were none).
+	Storage ft.Storage
+	// Store and DataDir are the older way to say Storage: when Storage is
+	// nil and Store is not, Storage is ft.NewDir(DataDir, Store).
 	Store   ft.Store
 	DataDir string
 	// MaxMemory is the memory budget of the jobs, in bytes: a job whose
@@ -70,6 +73,9 @@ func (c *Config) ensureDefaults() {
 	if c.MaxJobs == 0 {
 		c.MaxJobs = 64
 	}
+	if c.Storage == nil && c.Store != nil {
+		c.Storage = ft.NewDir(c.DataDir, c.Store)
+	}
 }
 
 // Errors of the engine, matched with errors.Is by the api package.
@@ -98,12 +104,17 @@ type Engine struct {
 		// deleting holds the names DeleteJob is removing: not free until
 		// their data is gone.
 		deleting map[string]bool
+		// creating holds the names PutJob has reserved and is recovering
+		// outside the lock: not free, and not yet running.
+		creating map[string]*reservation
 		inUse    int64 // the running jobs' memory estimates
 		closed   bool
 	}
 	stopSampler chan struct{}
 	samplerDone chan struct{}
 	closeOnce   sync.Once
+	// creations counts the PutJobs between reserve and publish, for Close.
+	creations sync.WaitGroup
 }
 
 // NewEngine returns a running engine with no jobs.
@@ -113,6 +124,7 @@ func NewEngine(cfg Config) *Engine {
 	e.mu.jobs = map[string]*Job{}
 	e.mu.streams = map[string][]*Job{}
 	e.mu.deleting = map[string]bool{}
+	e.mu.creating = map[string]*reservation{}
 	e.metrics = newMetrics(e, cfg.Registry)
 	e.log.Info("job limits", "max_memory_bytes", cfg.MaxMemory, "max_jobs", cfg.MaxJobs, "max_partitions", MaxPartitions,
 		"max_queue_size", MaxQueueSize, "job_records", cfg.Jobs != nil)
@@ -167,48 +179,118 @@ func (e *Engine) PutJob(spec Spec) (created bool, err error) {
 // putJob starts a job of the given incarnation ("" for a new one) and,
 // if record, records it in Config.Jobs. The spec is checked and its
 // memory estimated before the lock, and before anything is allocated.
+// It works in three steps, so that the engine's lock is never held
+// while a job recovers (which may replay 100,000 events): reserve the
+// name under the lock, create the job (claim its data, recover, start
+// its partitions, record it) outside it, and publish its streams under
+// it again.
 func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created bool, err error) {
 	if err := spec.validate(e.cfg.Partitions, e.cfg.QueueSize); err != nil {
 		return false, err
 	}
-	withFT := e.cfg.Store != nil && spec.FT.Mode != ft.ModeNone
+	withFT := e.cfg.Storage != nil && spec.FT.Mode != ft.ModeNone
 	mem, err := estimateMemory(spec, withFT)
 	if err != nil {
 		return false, err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if running, err := e.nameFree(spec); running || err != nil {
+	r, running, err := e.reserve(spec, mem)
+	if running || err != nil {
 		return false, err
 	}
-	if err := e.admit(spec.Name, mem); err != nil {
-		return false, err
-	}
+	defer e.creations.Done()
 	if incarnation == "" {
 		incarnation = e.newIncarnation()
 	}
-	if withFT {
-		if err := e.claimDataDir(spec.Name, incarnation); err != nil {
-			return false, fmt.Errorf("job %q: %w", spec.Name, err)
-		}
-	}
-	j, err := e.launch(spec, mem, incarnation, record)
-	if err != nil {
+	j, err := e.create(r, incarnation, record, withFT)
+	if err := e.publish(r, j, err); err != nil {
 		return false, err
-	}
-	e.mu.jobs[spec.Name] = j
-	e.mu.inUse += mem.Total()
-	for _, st := range spec.Streams() {
-		e.mu.streams[st] = append(e.mu.streams[st], j)
 	}
 	e.log.Info("job started", "job", spec.Name, "kind", spec.Kind, "streams", spec.Streams(), "partitions", spec.Partitions,
 		"memory_estimate_bytes", mem.Total(), "incarnation", incarnation)
 	return true, nil
 }
 
+// reservation is a name PutJob holds while it creates the job.
+type reservation struct {
+	spec Spec
+	mem  MemoryEstimate
+	// deleted is set, under the engine's lock, by a DeleteJob that came
+	// while the job was being created: publish removes the job instead.
+	// abort tells the recovery the same, so that it stops replaying.
+	deleted bool
+	abort   atomic.Bool
+	// done is closed when the creation is over; err is then the outcome
+	// of the removal a DeleteJob asked for.
+	done chan struct{}
+	err  error
+}
+
+// reserve takes spec's name and counts the job against the limits, under
+// the lock. running says the same spec runs already (nothing reserved).
+func (e *Engine) reserve(spec Spec, mem MemoryEstimate) (r *reservation, running bool, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if running, err := e.nameFree(spec); running || err != nil {
+		return nil, running, err
+	}
+	if err := e.admit(spec.Name, mem); err != nil {
+		return nil, false, err
+	}
+	r = &reservation{spec: spec, mem: mem, done: make(chan struct{})}
+	e.mu.creating[spec.Name] = r
+	e.mu.inUse += mem.Total()
+	e.creations.Add(1)
+	return r, false, nil
+}
+
+// create makes the job's data its incarnation's and launches the job of
+// reservation r; outside the lock.
+func (e *Engine) create(r *reservation, incarnation string, record, withFT bool) (*Job, error) {
+	if withFT {
+		if err := e.claimData(r.spec.Name, incarnation); err != nil {
+			return nil, fmt.Errorf("job %q: %w", r.spec.Name, err)
+		}
+	}
+	return e.launch(r.spec, r.mem, incarnation, record, &r.abort)
+}
+
+// publish ends the reservation r: the job j (or the error that created
+// none) becomes visible and its streams are routed to it, unless a
+// DeleteJob came meanwhile (the job is removed, and ErrJobExists says
+// why) or the engine is closing (it is stopped: ErrClosed).
+func (e *Engine) publish(r *reservation, j *Job, err error) error {
+	name := r.spec.Name
+	defer close(r.done)
+	e.mu.Lock()
+	delete(e.mu.creating, name)
+	if err != nil || r.deleted || e.mu.closed {
+		e.mu.inUse -= r.mem.Total()
+	}
+	switch {
+	case r.deleted:
+		e.mu.deleting[name] = true
+		e.mu.Unlock()
+		r.err = e.remove(name, j)
+		return fmt.Errorf("%w: %q was deleted while it was being created", ErrJobExists, name)
+	case err != nil:
+		e.mu.Unlock()
+		return err
+	case e.mu.closed:
+		e.mu.Unlock()
+		j.stop()
+		return ErrClosed
+	}
+	e.mu.jobs[name] = j
+	for _, st := range r.spec.Streams() {
+		e.mu.streams[st] = append(e.mu.streams[st], j)
+	}
+	e.mu.Unlock()
+	return nil
+}
+
 // nameFree says whether spec's name can take a new job: running when the
 // same spec runs already, an error when the engine is closing or the name
-// is another job's or being deleted. Called with mu held.
+// is another job's, being created or being deleted. Called with mu held.
 func (e *Engine) nameFree(spec Spec) (running bool, err error) {
 	if e.mu.closed {
 		return false, ErrClosed
@@ -219,19 +301,26 @@ func (e *Engine) nameFree(spec Spec) (running bool, err error) {
 		}
 		return false, fmt.Errorf("%w: %q (delete it first)", ErrJobExists, spec.Name)
 	}
+	if e.mu.creating[spec.Name] != nil {
+		return false, fmt.Errorf("%w: %q is being created (recovering its data); try again", ErrJobExists, spec.Name)
+	}
 	if e.mu.deleting[spec.Name] {
 		return false, fmt.Errorf("%w: %q is being deleted; try again", ErrJobExists, spec.Name)
 	}
 	return false, nil
 }
 
-// launch makes the job, recovers and starts it, and records it.
-func (e *Engine) launch(spec Spec, mem MemoryEstimate, incarnation string, record bool) (*Job, error) {
+// launch makes the job, recovers and starts it, and records it. abort
+// (may be nil), once set, makes the recovery give up.
+func (e *Engine) launch(spec Spec, mem MemoryEstimate, incarnation string, record bool, abort *atomic.Bool) (*Job, error) {
 	j, err := newJob(spec, e.hub, &e.cfg)
 	if err != nil {
 		return nil, err
 	}
 	j.mem = mem
+	if j.ft != nil {
+		j.ft.abort = abort
+	}
 	if err := j.start(e.hub); err != nil {
 		return nil, fmt.Errorf("job %q: %w", spec.Name, err)
 	}
@@ -248,7 +337,7 @@ func (e *Engine) launch(spec Spec, mem MemoryEstimate, incarnation string, recor
 // admit checks the job limits for one more job of the given estimate.
 // Called with mu held.
 func (e *Engine) admit(name string, mem MemoryEstimate) error {
-	if e.cfg.MaxJobs > 0 && len(e.mu.jobs) >= e.cfg.MaxJobs {
+	if e.cfg.MaxJobs > 0 && len(e.mu.jobs)+len(e.mu.creating) >= e.cfg.MaxJobs {
 		e.log.Warn("job refused: too many jobs", "job", name, "max_jobs", e.cfg.MaxJobs)
 		return fmt.Errorf("%w (%d; --max-jobs): delete one first", ErrTooManyJobs, e.cfg.MaxJobs)
 	}
@@ -299,9 +388,17 @@ func sameSpec(a, b Spec) bool {
 
 // DeleteJob stops a job after processing what it has queued, and removes
 // it, its record (Config.Jobs) and its data. The name is free again when
-// it returns.
+// it returns. A job still being created (recovering) is removed as soon
+// as its creation ends, and its PutJob fails.
 func (e *Engine) DeleteJob(name string) error {
 	e.mu.Lock()
+	if r := e.mu.creating[name]; r != nil {
+		r.deleted = true
+		r.abort.Store(true)
+		e.mu.Unlock()
+		<-r.done
+		return r.err
+	}
 	j, ok := e.mu.jobs[name]
 	if !ok {
 		e.mu.Unlock()
@@ -310,6 +407,13 @@ func (e *Engine) DeleteJob(name string) error {
 	delete(e.mu.jobs, name)
 	e.mu.inUse -= j.mem.Total()
 	e.mu.deleting[name] = true
+	e.unroute(j)
+	e.mu.Unlock()
+	return e.remove(name, j)
+}
+
+// unroute takes j off the streams it reads; mu held.
+func (e *Engine) unroute(j *Job) {
 	for _, st := range j.spec.Streams() {
 		readers := e.mu.streams[st]
 		kept := readers[:0:0]
@@ -325,13 +429,21 @@ func (e *Engine) DeleteJob(name string) error {
 			e.mu.streams[st] = kept
 		}
 	}
-	e.mu.Unlock()
+}
+
+// remove stops j (nil: its creation failed), removes its record and its
+// data, and frees the name, which the caller put in deleting.
+func (e *Engine) remove(name string, j *Job) error {
 	defer func() {
 		e.mu.Lock()
 		delete(e.mu.deleting, name)
 		e.mu.Unlock()
 	}()
-	j.stop()
+	var processed uint64
+	if j != nil {
+		j.stop()
+		processed = j.processed()
+	}
 	// The record goes first: a crash before the data is gone leaves data
 	// that no record claims, which the name's next incarnation removes.
 	var err error
@@ -341,16 +453,11 @@ func (e *Engine) DeleteJob(name string) error {
 			err = fmt.Errorf("%w: %v", ErrJobRecord, err)
 		}
 	}
-	if j.ft != nil {
+	if j == nil || j.ft != nil {
 		// Deleted means gone: its backups and logs too.
-		if err := e.cfg.Store.RemoveJob(name); err != nil {
-			e.log.Warn("removing the job's backups", "job", name, "err", err)
-		}
-		if err := os.RemoveAll(j.ft.dir); err != nil {
-			e.log.Warn("removing the job's data", "job", name, "err", err)
-		}
+		e.removeData(name)
 	}
-	e.log.Info("job deleted", "job", name, "processed", j.processed())
+	e.log.Info("job deleted", "job", name, "processed", processed)
 	return err
 }
 
@@ -404,6 +511,9 @@ func (e *Engine) Close(ctx context.Context) error {
 	})
 	done := make(chan struct{})
 	go func() {
+		// A job being created when the lock was taken is stopped by its
+		// PutJob, which sees the engine closed.
+		e.creations.Wait()
 		var wg sync.WaitGroup
 		for _, j := range jobs {
 			wg.Add(1)

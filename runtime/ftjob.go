@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,13 +51,13 @@ type jobFT struct {
 	name   string
 	spec   FTSpec
 	bounds ft.Bounds
-	store  ft.Store
-	root   string // the data directory
-	dir    string // <data>/<job>
-	log    *slog.Logger
-	hub    *Hub
-	parts  []*partFT
-	units  []*stateUnit
+	// storage holds everything the job keeps: backups, item logs, marks,
+	// the clean marker and the recovery history.
+	storage ft.JobStorage
+	log     *slog.Logger
+	hub     *Hub
+	parts   []*partFT
+	units   []*stateUnit
 
 	// mu guards the controllers, the units' counters and the fields below.
 	mu        sync.Mutex
@@ -71,8 +70,12 @@ type jobFT struct {
 	errors     atomic.Int64
 	recovery   atomic.Pointer[RecoveryReport]
 	// history is the last recoveries of the job, newest last, kept in
-	// <dir>/recoveries.json across restarts; written once per start.
+	// the storage (ft.RecoveryHistory) across restarts; written once per start.
 	history []RecoveryReport
+
+	// abort, when set (by a DeleteJob of the job being created), makes
+	// the recovery give up; nil: never.
+	abort *atomic.Bool
 
 	// reqs tracks, in mode exact, the requests over several partitions
 	// until their parts are all in written backups: see requests.
@@ -81,10 +84,11 @@ type jobFT struct {
 
 // stateUnit is one unit of state and its backups.
 type stateUnit struct {
-	f     *jobFT
-	key   ft.Key
-	op    stateful
-	parts []int
+	f       *jobFT
+	key     ft.Key
+	backups ft.UnitBackups
+	op      stateful
+	parts   []int
 
 	// Guarded by f.mu.
 	ctl         *ft.Controller // θ and the event budget l of the unit (one of n units)
@@ -112,16 +116,20 @@ type stateUnit struct {
 type partFT struct {
 	index  int
 	mode   string
-	log    *ft.ItemLog
-	mark   *ft.SeqMark
+	log    ft.PartitionLog
+	mark   ft.Mark
 	l      atomic.Int64 // current threshold l
 	logged atomic.Int64 // events written to the item log, ever
 
-	// Guarded by the partition queue's mutex.
-	unlogged int
+	// Guarded by the partition queue's mutex: the queue calls its
+	// batchLogger methods under it.
+	unlogged int      // events pending without an item backup
+	pending  []*batch // the batches holding them, oldest first (mode approx)
 	buf      []byte
 	frame    ft.Frame
 }
+
+var _ batchLogger = (*partFT)(nil)
 
 type backupReq struct {
 	unit *stateUnit
@@ -137,10 +145,13 @@ type backupReq struct {
 const maxFrameBytes = 1 << 30
 
 // newJobFT opens the job's item logs. It does not recover: see recover.
-func newJobFT(spec Spec, store ft.Store, dataDir string, k ftKind, hub *Hub, log *slog.Logger) (*jobFT, error) {
+func newJobFT(spec Spec, storage ft.Storage, k ftKind, hub *Hub, log *slog.Logger) (*jobFT, error) {
+	js, err := storage.Job(spec.Name)
+	if err != nil {
+		return nil, err
+	}
 	f := &jobFT{
-		name: spec.Name, spec: spec.FT, bounds: spec.FT.bounds(), store: store, hub: hub, log: log,
-		root: dataDir, dir: filepath.Join(dataDir, spec.Name),
+		name: spec.Name, spec: spec.FT, bounds: spec.FT.bounds(), storage: js, hub: hub, log: log,
 		backups: make(chan backupReq, 4), backupDone: make(chan struct{}),
 	}
 	f.reqs.durable = make([]uint64, spec.Partitions)
@@ -150,17 +161,17 @@ func newJobFT(spec Spec, store ft.Store, dataDir string, k ftKind, hub *Hub, log
 		if len(ops) > 1 {
 			u.key.Partition = u.parts[0]
 		}
+		u.backups = js.Backups(u.key.Partition)
 		f.units = append(f.units, u)
 	}
 	for i := range spec.Partitions {
 		pf := &partFT{index: i, mode: spec.FT.Mode}
-		var err error
-		if pf.log, err = ft.OpenItemLogConfig(dataDir, ft.Key{Job: spec.Name, Partition: i}, ft.ItemLogConfig{MaxPayload: maxFrameBytes}); err != nil {
+		if pf.log, err = js.OpenItemLog(i, ft.ItemLogConfig{MaxPayload: maxFrameBytes}); err != nil {
 			f.closeFiles()
 			return nil, fmt.Errorf("item log of partition %d: %w", i, err)
 		}
 		// The high-water mark sits next to the partition's item log.
-		if pf.mark, err = ft.OpenSeqMark(dataDir, ft.Key{Job: spec.Name, Partition: i}); err != nil {
+		if pf.mark, err = js.OpenSeqMark(i); err != nil {
 			f.parts = append(f.parts, pf)
 			f.closeFiles()
 			return nil, fmt.Errorf("sequence mark of partition %d: %w", i, err)
@@ -217,7 +228,7 @@ func (f *jobFT) gamma() int {
 // more than l events are pending (queued or being processed) without an
 // item backup, all of them are logged, a frame per batch. The high-water
 // mark of handed-out sequence numbers is written either way.
-func (p *partFT) pushed(q *queue, b *batch, req *ftRequest) error {
+func (p *partFT) pushed(b *batch, req *ftRequest) error {
 	switch p.mode {
 	case ft.ModeExact:
 		if err := p.logFrame(b.recs, req.tagFor()); err != nil {
@@ -227,25 +238,90 @@ func (p *partFT) pushed(q *queue, b *batch, req *ftRequest) error {
 		b.logged = true
 	case ft.ModeApprox:
 		p.unlogged += len(b.recs)
+		p.pending = append(p.pending, b)
 		if int64(p.unlogged) > p.l.Load() {
-			for _, list := range [][]*batch{q.mu.inflight, q.mu.batches, {b}} {
-				for _, qb := range list {
-					if !qb.logged {
-						if err := p.logFrame(qb.recs, nil); err != nil {
-							return err
-						}
-						qb.logged = true
-					}
-				}
-			}
-			p.unlogged = 0
-			if err := p.log.Flush(); err != nil {
+			if err := p.logPending(); err != nil {
+				p.refused(b)
 				return err
 			}
 		}
 	}
-	return p.mark.Write(b.recs[len(b.recs)-1].Seq)
+	if err := p.mark.Write(b.recs[len(b.recs)-1].Seq); err != nil {
+		p.refused(b)
+		return err
+	}
+	return nil
 }
+
+// refused takes back a batch the queue will not hold, after pushed
+// failed: it must not count as pending.
+func (p *partFT) refused(b *batch) {
+	if n := len(p.pending); n > 0 && p.pending[n-1] == b {
+		p.pending[n-1] = nil
+		p.pending = p.pending[:n-1]
+		p.unlogged -= len(b.recs)
+	}
+}
+
+// durablePart is partition i's share of the job's fault tolerance when
+// its item log must be committed before a reply (mode exact), else nil.
+func (j *Job) durablePart(i int) *partFT {
+	if j.ft == nil || j.ft.spec.Mode != ft.ModeExact {
+		return nil
+	}
+	return j.ft.parts[i]
+}
+
+// logPending writes every pending batch to the item log, a frame each,
+// and hands them to the operating system.
+func (p *partFT) logPending() error {
+	for i, b := range p.pending {
+		if err := p.logFrame(b.recs, nil); err != nil {
+			// The ones written stay written: they are not pending any more.
+			p.dropPending(i)
+			return err
+		}
+		b.logged = true
+		p.unlogged -= len(b.recs)
+	}
+	p.dropPending(len(p.pending))
+	return p.log.Flush()
+}
+
+// dropPending forgets the first n pending batches.
+func (p *partFT) dropPending(n int) {
+	clear(p.pending[:n])
+	p.pending = p.pending[n:]
+}
+
+// retired is called by the queue, under its lock, when b was processed:
+// if it was never logged, it is no longer pending.
+func (p *partFT) retired(b *batch) {
+	if b.logged {
+		return
+	}
+	p.unlogged -= len(b.recs)
+	// Batches retire in the order they were pushed, and a logged batch
+	// leaves pending at once: b is the oldest.
+	if len(p.pending) > 0 && p.pending[0] == b {
+		p.dropPending(1)
+	}
+}
+
+// holdsBack says whether the partition may hold senders back (mode
+// approx); it never changes.
+func (p *partFT) holdsBack() bool { return p.mode == ft.ModeApprox }
+
+// mustWait says whether n more events would make more than l pending
+// without an item backup, when n alone does not; queue's lock held.
+func (p *partFT) mustWait(n int) bool {
+	l := p.l.Load()
+	return int64(n) <= l && int64(p.unlogged+n) > l
+}
+
+// pendingEvents is the count of events pending without an item backup;
+// queue's lock held.
+func (p *partFT) pendingEvents() int64 { return int64(p.unlogged) }
 
 // logFrame appends recs (consecutive sequence numbers) to the item log as
 // one frame: after a crash they are replayed all or none.
@@ -376,7 +452,7 @@ func (f *jobFT) writeLoop() {
 
 func (f *jobFT) write(req backupReq) {
 	u := req.unit
-	meta, err := f.store.Put(u.key, req.meta, req.data)
+	meta, err := u.backups.Put(req.meta, req.data)
 	if err != nil {
 		u.failed.Store(true)
 		f.errors.Add(1)
@@ -562,7 +638,7 @@ func (f *jobFT) status(j *Job) *FTStatus {
 		st.Backups.Delta += u.stats.delta.Load()
 		st.Backups.Bytes += u.stats.bytes.Load()
 		last = max(last, u.stats.last.Load())
-		n, b := f.store.Usage(u.key)
+		n, b := u.backups.Usage()
 		st.Backups.StoredCount += n
 		st.Backups.StoredBytes += b
 		st.Alpha = max(st.Alpha, u.op.alpha())
@@ -573,11 +649,7 @@ func (f *jobFT) status(j *Job) *FTStatus {
 	uc, _ := j.kind.(unackedCounter)
 	var pending, unacked int64
 	for i, p := range f.parts {
-		q := j.parts[i].q
-		q.mu.Lock()
-		pe := int64(p.unlogged)
-		q.mu.Unlock()
-		pf := PartitionFT{Partition: i, Pending: pe, ItemLogBytes: p.log.Bytes(), Logged: p.logged.Load()}
+		pf := PartitionFT{Partition: i, Pending: j.parts[i].q.unlogged(), ItemLogBytes: p.log.Bytes(), Logged: p.logged.Load()}
 		if uc != nil {
 			pf.Unacked = uc.unacked(i)
 		}
@@ -611,7 +683,7 @@ func (f *jobFT) recordRecovery(rep *RecoveryReport) {
 	f.history = hist
 	data, err := json.Marshal(hist)
 	if err == nil {
-		err = ft.WriteJobFile(f.root, f.name, ft.RecoveryHistory, data, false)
+		err = f.storage.WriteMeta(ft.RecoveryHistory, data, false)
 	}
 	if err != nil {
 		f.log.Warn("fault tolerance: writing the recovery history", "job", f.name, "err", err)
@@ -622,7 +694,7 @@ func (f *jobFT) recordRecovery(rep *RecoveryReport) {
 // version (plain JSON, read once). A damaged history is reported in rep
 // and replaced by a new one.
 func (f *jobFT) readHistory(rep *RecoveryReport) []RecoveryReport {
-	data, legacy, err := ft.ReadJobFile(f.root, f.name, ft.RecoveryHistory)
+	data, legacy, err := f.storage.ReadMeta(ft.RecoveryHistory)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -645,7 +717,7 @@ func (f *jobFT) readHistory(rep *RecoveryReport) []RecoveryReport {
 // next start knows nothing was lost and counts no failure.
 func (f *jobFT) markClean() {
 	data, _ := json.Marshal(map[string]any{"at": time.Now().UTC()})
-	if err := ft.WriteJobFile(f.root, f.name, ft.CleanMarker, data, true); err != nil {
+	if err := f.storage.WriteMeta(ft.CleanMarker, data, true); err != nil {
 		f.log.Warn("fault tolerance: clean marker", "job", f.name, "err", err)
 	}
 }
@@ -655,7 +727,7 @@ func (f *jobFT) markClean() {
 // counts as a crash (nothing it says can be believed) and is reported in
 // rep; the earlier version's marker, an empty file, counts as clean.
 func (f *jobFT) takeClean(rep *RecoveryReport) bool {
-	data, legacy, err := ft.ReadJobFile(f.root, f.name, ft.CleanMarker)
+	data, legacy, err := f.storage.ReadMeta(ft.CleanMarker)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false
 	}
@@ -667,7 +739,7 @@ func (f *jobFT) takeClean(rep *RecoveryReport) bool {
 		rep.Skipped = append(rep.Skipped, err.Error())
 		f.log.Warn("fault tolerance: damaged clean-shutdown marker: counted as a crash", "job", f.name, "err", err)
 	}
-	if err := ft.RemoveJobFile(f.root, f.name, ft.CleanMarker); err != nil {
+	if err := f.storage.RemoveMeta(ft.CleanMarker); err != nil {
 		f.log.Warn("fault tolerance: removing the clean marker", "job", f.name, "err", err)
 	}
 	return clean

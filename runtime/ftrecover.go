@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlstream/mlstream/ft"
@@ -129,7 +130,7 @@ func (j *Job) replayLogs(rep *RecoveryReport, base, marks []uint64, backupDamage
 		// Never below what the item log holds: its appends must go on
 		// above its last record, or every request would fail.
 		covered[i] = max(marks[i], r.last, f.parts[i].log.LastSeq())
-		part.q.mu.nextSeq = covered[i] + 1
+		part.q.setNextSeq(covered[i] + 1)
 	}
 	f.reqs.recovered(base, reqs)
 	return covered, nil
@@ -210,7 +211,7 @@ func (f *jobFT) recovered(seqs []uint64) {
 // last applied backup's metadata and how many were applied.
 func (u *stateUnit) restore(rep *RecoveryReport) (ft.BackupMeta, int, error) {
 	f := u.f
-	chain, skipped, err := f.store.Chain(u.key)
+	chain, skipped, err := u.backups.Chain()
 	if err != nil {
 		return ft.BackupMeta{}, 0, fmt.Errorf("reading backups of %s: %w", u.key, err)
 	}
@@ -288,7 +289,13 @@ func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err e
 		}
 		return nil
 	}
+	if h := replayHook.Load(); h != nil {
+		(*h)(j.spec.Name, i)
+	}
 	_, err = j.ft.parts[i].log.ReplayFrames(after, func(fr *ft.StoredFrame) error {
+		if j.ft.aborted() {
+			return errRecoveryAborted
+		}
 		if len(fr.Tag) > 0 && !reqs.whole(fr.Tag, len(j.parts)) {
 			// Not acknowledged, and not whole: none of it.
 			first := max(fr.First, fr.After+1)
@@ -308,6 +315,16 @@ func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err e
 	part.op.idle(true)
 	return r, err
 }
+
+// errRecoveryAborted ends the recovery of a job deleted meanwhile.
+var errRecoveryAborted = errors.New("runtime: recovery aborted: the job was deleted")
+
+// aborted says whether the job was deleted while it recovered.
+func (f *jobFT) aborted() bool { return f.abort != nil && f.abort.Load() }
+
+// replayHook, set by tests, is called before a partition's item log is
+// replayed: a test holds a recovery there for as long as it likes.
+var replayHook atomic.Pointer[func(job string, partition int)]
 
 // foundRequests are the multi-partition requests (mode exact) whose parts
 // the item logs hold: id -> the parts found, per partition.

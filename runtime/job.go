@@ -158,12 +158,12 @@ func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
 		part.op = k.newPartition(i, emitter{hub: hub, job: spec.Name})
 		j.parts = append(j.parts, part)
 	}
-	if cfg.Store != nil && spec.FT.Mode != ft.ModeNone {
+	if cfg.Storage != nil && spec.FT.Mode != ft.ModeNone {
 		fk, ok := k.(ftKind)
 		if !ok {
 			return nil, &SpecError{"ft.mode", fmt.Sprintf("kind %s has no fault tolerance yet; set mode none", spec.Kind)}
 		}
-		f, err := newJobFT(spec, cfg.Store, cfg.DataDir, fk, hub, cfg.Logger)
+		f, err := newJobFT(spec, cfg.Storage, fk, hub, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}

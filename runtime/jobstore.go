@@ -1,15 +1,11 @@
 package runtime
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -37,13 +33,10 @@ var ErrJobRecord = errors.New("runtime: could not record the job")
 // Incarnations. Each job has one: a new random id when it is created at
 // run time, kept in its record; the config file's jobs share
 // fileIncarnation, so that they recover their data across restarts (and
-// edits of the file) as before records existed. A job's data directory
-// holds its incarnation in incarnationFile, and a job never recovers the
-// data of another incarnation: see claimDataDir.
-const (
-	fileIncarnation = "config"
-	incarnationFile = "incarnation"
-)
+// edits of the file) as before records existed. A job's data holds its
+// incarnation (ft.IncarnationFile), and a job never recovers the data of
+// another incarnation: see claimData.
+const fileIncarnation = "config"
 
 // newIncarnation is a new job's. Without Config.Jobs nothing tells a new
 // job from a restarted one, so every job is of fileIncarnation and
@@ -73,42 +66,36 @@ func (e *Engine) record(spec Spec, incarnation string) error {
 	return nil
 }
 
-// claimDataDir makes the job's data directory the incarnation's before
-// the job opens it: data of another incarnation (a job deleted, or whose
-// deletion a crash interrupted, or replaced by the config file) is
-// removed. Data without an incarnation file is from before incarnations
+// claimData makes the job's data the incarnation's before the job opens
+// it (ft.JobStorage.Claim): data of another incarnation (a job deleted, or
+// whose deletion a crash interrupted, or replaced by the config file) is
+// removed. Data without an incarnation is from before incarnations
 // existed: the config file's jobs keep it, other jobs remove it.
-func (e *Engine) claimDataDir(name, incarnation string) error {
-	dir := filepath.Join(e.cfg.DataDir, name) // as newJobFT has it
-	marker := filepath.Join(dir, incarnationFile)
-	data, err := os.ReadFile(marker)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("reading the incarnation of its data: %w", err)
-	}
-	owner, unmarked := string(bytes.TrimSpace(data)), err != nil
-	switch {
-	case !unmarked && owner == incarnation:
-		return nil
-	case unmarked && (incarnation == fileIncarnation || !exists(dir)):
-	default:
-		e.log.Warn("removing the data of an earlier job of the same name", "job", name, "dir", dir,
-			"its_incarnation", owner, "incarnation", incarnation)
-		if err := e.cfg.Store.RemoveJob(name); err != nil {
-			return fmt.Errorf("removing an earlier job's backups: %w", err)
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("removing an earlier job's data: %w", err)
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+func (e *Engine) claimData(name, incarnation string) error {
+	js, err := e.cfg.Storage.Job(name)
+	if err != nil {
 		return err
 	}
-	return ft.WriteFileAtomic(marker, []byte(incarnation+"\n"))
+	previous, removed, err := js.Claim(incarnation, incarnation == fileIncarnation)
+	if removed {
+		e.log.Warn("removed the data of an earlier job of the same name", "job", name,
+			"its_incarnation", previous, "incarnation", incarnation)
+	}
+	return err
 }
 
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
+// removeData removes everything the storage holds of a deleted job.
+func (e *Engine) removeData(name string) {
+	if e.cfg.Storage == nil {
+		return
+	}
+	js, err := e.cfg.Storage.Job(name)
+	if err == nil {
+		err = js.Remove()
+	}
+	if err != nil {
+		e.log.Warn("removing the job's data", "job", name, "err", err)
+	}
 }
 
 // FileJobError is Start's error for a job of the config file.

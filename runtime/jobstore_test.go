@@ -90,7 +90,7 @@ func TestFileJobKeepsDataWithoutIncarnation(t *testing.T) {
 		t.Fatal(err)
 	}
 	counted(t, e, 30) // created at run time, recorded
-	if err := os.Remove(filepath.Join(dir, "hh", incarnationFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, "hh", ft.IncarnationFile)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(filepath.Join(dir, ".jobs")); err != nil {

@@ -9,7 +9,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/mlstream/mlstream/ft"
 	"golang.org/x/sync/semaphore"
 )
 
@@ -32,7 +31,7 @@ type queue struct {
 	room     *semaphore.Weighted // free capacity, in events
 	depth    atomic.Int64        // events queued or being processed
 	notify   chan struct{}       // capacity 1: wakes the partition
-	ft       *partFT             // nil without fault tolerance
+	ft       batchLogger         // nil without fault tolerance
 	// heldBack counts senders held back by waitPending now, heldBackTotal
 	// every time one was, heldBackNs the time they waited.
 	heldBack      atomic.Int64
@@ -51,6 +50,25 @@ type queue struct {
 	}
 }
 
+// batchLogger is a partition's fault tolerance as its queue sees it. The
+// queue tells it, under the queue's lock, of every batch pushed and
+// retired, and it decides what goes to the item log (setting
+// batch.logged); the queue's lists stay the queue's.
+type batchLogger interface {
+	// pushed is called when b got its sequence numbers; req is its
+	// request's share in mode exact, or nil. An error refuses the batch.
+	pushed(b *batch, req *ftRequest) error
+	// retired is called when b was processed.
+	retired(b *batch)
+	// holdsBack says whether senders may ever be held back (waitPending);
+	// called without the lock, it must not change.
+	holdsBack() bool
+	// mustWait says whether a sender of n events must be held back now.
+	mustWait(n int) bool
+	// pendingEvents is how many events are pending without an item backup.
+	pendingEvents() int64
+}
+
 func newQueue(capacity int) *queue {
 	q := &queue{capacity: int64(capacity), room: semaphore.NewWeighted(int64(capacity)), notify: make(chan struct{}, 1)}
 	q.mu.nextSeq = 1
@@ -66,7 +84,7 @@ var errQueueClosed = errors.New("runtime: queue closed")
 // real overload, where the paper has them, instead of every time a deep
 // queue forms.
 func (q *queue) waitPending(ctx context.Context, n int) {
-	if q.ft == nil || q.ft.mode != ft.ModeApprox {
+	if q.ft == nil || !q.ft.holdsBack() {
 		return
 	}
 	var since time.Time
@@ -78,8 +96,7 @@ func (q *queue) waitPending(ctx context.Context, n int) {
 	}()
 	for {
 		q.mu.Lock()
-		l := q.ft.l.Load()
-		if int64(n) > l || int64(q.ft.unlogged+n) <= l || q.mu.closed {
+		if !q.ft.mustWait(n) || q.mu.closed {
 			q.mu.Unlock()
 			return
 		}
@@ -127,7 +144,7 @@ func (q *queue) push(recs []Record, now time.Time, req *ftRequest) error {
 	}
 	b := &batch{recs: recs, enqueued: now}
 	if q.ft != nil {
-		if err := q.ft.pushed(q, b, req); err != nil {
+		if err := q.ft.pushed(b, req); err != nil {
 			q.mu.Unlock()
 			return fmt.Errorf("%w: %v", ErrDurability, err)
 		}
@@ -170,8 +187,8 @@ func (q *queue) done(b *batch) {
 	q.mu.Lock()
 	q.mu.inflight[0] = nil
 	q.mu.inflight = q.mu.inflight[1:]
-	if q.ft != nil && !b.logged {
-		q.ft.unlogged -= n
+	if q.ft != nil {
+		q.ft.retired(b)
 	}
 	if q.mu.done != nil {
 		close(q.mu.done)
@@ -191,6 +208,25 @@ func (q *queue) close() {
 	case q.notify <- struct{}{}:
 	default:
 	}
+}
+
+// unlogged is how many events are pending (queued or being processed)
+// without an item backup: what fault tolerance's L bounds.
+func (q *queue) unlogged() int64 {
+	if q.ft == nil {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ft.pendingEvents()
+}
+
+// setNextSeq numbers the next event seq, after a recovery: before the
+// partition starts.
+func (q *queue) setNextSeq(seq uint64) {
+	q.mu.Lock()
+	q.mu.nextSeq = seq
+	q.mu.Unlock()
 }
 
 // lastSeq is the sequence number of the last queued event.

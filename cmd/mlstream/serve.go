@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -253,14 +252,16 @@ func serve(ctx context.Context, o serverOptions) error {
 	if err != nil {
 		return err
 	}
-	store, unlock, err := openDataDir(o.data)
+	storage, err := openDataDir(o.data)
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	if storage != nil {
+		defer storage.Close()
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	engine, err := startEngine(o, specs, store, reg, log)
+	engine, err := startEngine(o, specs, storage, reg, log)
 	if err != nil {
 		return err
 	}
@@ -303,25 +304,17 @@ func loadSpecs(o serverOptions) ([]runtime.Spec, error) {
 }
 
 // openDataDir creates and locks the data directory (one process per data
-// directory) and opens its store; unlock releases the lock. An empty dir
-// means no fault tolerance: a nil store and nothing to unlock.
-func openDataDir(dir string) (store ft.Store, unlock func() error, err error) {
+// directory) and opens its storage; closing it releases the lock. An empty
+// dir means no fault tolerance: no storage.
+func openDataDir(dir string) (*ft.Dir, error) {
 	if dir == "" {
-		return nil, func() error { return nil }, nil
+		return nil, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("--data: %w", err)
-	}
-	unlock, err = ft.LockDir(dir)
+	d, err := ft.OpenDir(dir) // locked: one process per data directory
 	if err != nil {
-		return nil, nil, fmt.Errorf("--data: %w", err)
+		return nil, fmt.Errorf("--data: %w", err)
 	}
-	ds, err := ft.NewDirStore(dir)
-	if err != nil {
-		_ = unlock()
-		return nil, nil, fmt.Errorf("--data: %w", err)
-	}
-	return ds, unlock, nil
+	return d, nil
 }
 
 // newAPIServer makes the HTTP API and dashboard over engine.
@@ -429,17 +422,18 @@ func maxMemoryBytes(v string) (int64, error) {
 
 // startEngine makes the engine and starts the config file's jobs, then the
 // jobs recorded at run time in the data directory.
-func startEngine(o serverOptions, specs []runtime.Spec, store ft.Store, reg *prometheus.Registry, log *slog.Logger) (*runtime.Engine, error) {
+func startEngine(o serverOptions, specs []runtime.Spec, storage *ft.Dir, reg *prometheus.Registry, log *slog.Logger) (*runtime.Engine, error) {
 	maxMem, err := maxMemoryBytes(o.maxMemory)
 	if err != nil {
 		return nil, err
 	}
 	cfg := runtime.Config{
 		Partitions: o.partitions, QueueSize: o.queue, IngestWait: o.ingestWait, Registry: reg, Logger: log,
-		Store: store, DataDir: o.data, MaxMemory: maxMem, MaxJobs: o.maxJobs,
+		MaxMemory: maxMem, MaxJobs: o.maxJobs,
 	}
-	if o.data != "" {
-		jobs, err := ft.OpenJobDir(filepath.Join(o.data, ".jobs"))
+	if storage != nil {
+		cfg.Storage = storage
+		jobs, err := storage.JobRecords()
 		if err != nil {
 			return nil, fmt.Errorf("--data: %w", err)
 		}
