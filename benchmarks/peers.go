@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/mlstream/mlstream/internal/gen"
+	"github.com/mlstream/mlstream/kinds/distinct"
+	"github.com/mlstream/mlstream/kinds/heavyhitters"
+	"github.com/mlstream/mlstream/kinds/logreg"
 	"github.com/mlstream/mlstream/learners"
 	"github.com/mlstream/mlstream/runtime"
 	"github.com/mlstream/mlstream/synopses"
@@ -261,7 +264,7 @@ func oursEngine(d *labelled) (float64, learners.Measures) {
 	rate := median(peersReps, func() float64 {
 		e, job, rate := feedEngine(chunk(spec.Input, body), len(d.labels), spec, "")
 		defer e.Close(context.Background())
-		m = job.Status(false).Metrics.All
+		m = logreg.StatusOf(job.Status(false)).Metrics.All
 		return rate
 	})
 	return rate, m
@@ -604,7 +607,7 @@ func redisTables(quick bool) {
 	drate := median(peersReps, func() float64 {
 		e, job, rate := feedEngine(chunk(dspec.Input, body), n, dspec, "")
 		defer e.Close(context.Background())
-		dc, err := job.Distinct(runtime.WindowAll)
+		dc, err := distinct.CountOf(job, runtime.WindowAll)
 		if err != nil {
 			panic(err)
 		}
@@ -683,7 +686,7 @@ func redisTables(quick bool) {
 	hrate := median(peersReps, func() float64 {
 		e, job, rate := feedEngine(chunk(hspec.Input, body), n, hspec, "")
 		defer e.Close(context.Background())
-		tk, err := job.TopK(runtime.WindowAll, k)
+		tk, err := heavyhitters.TopKOf(job, runtime.WindowAll, k)
 		if err != nil {
 			panic(err)
 		}

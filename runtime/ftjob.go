@@ -535,8 +535,6 @@ type PartitionFT struct {
 // unackedCounter is implemented by kinds that report γ's count.
 type unackedCounter interface{ unacked(partition int) int64 }
 
-func (j *logregJob) unacked(i int) int64 { return j.parts[i].unacked.Load() }
-
 func (f *jobFT) status(j *Job) *FTStatus {
 	f.mu.Lock()
 	st := &FTStatus{

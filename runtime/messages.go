@@ -1,0 +1,70 @@
+package runtime
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// The messages of the WebSocket feed and the hub. Every message is one
+// JSON object in the same envelope: {"type": t, "job": name, "ts": ms,
+// ...}, ts being epoch milliseconds (of the event for per-event messages,
+// of the moment of publishing for the others). The engine's own types are
+// defined here; each kind defines its own in its package (Kind.Messages),
+// with append encoders for the per-event ones.
+
+// The engine's message types.
+const (
+	TypeStats    = "stats"    // a job's status, once a second
+	TypeBackup   = "backup"   // a state backup was written
+	TypeRecovery = "recovery" // a job restarted from its backups
+)
+
+// engineTypes are the message types of every job, whatever its kind.
+var engineTypes = []string{TypeStats, TypeBackup, TypeRecovery}
+
+// Envelope is what every message carries.
+type Envelope struct {
+	Type string `json:"type"`
+	Job  string `json:"job"`
+	TS   int64  `json:"ts"`
+}
+
+// StatsMessage is a job's status (type stats), once a second to each
+// subscriber; Dropped counts the messages this subscriber missed.
+type StatsMessage struct {
+	Envelope
+	Dropped uint64    `json:"dropped"`
+	Stats   JobStatus `json:"stats"`
+}
+
+// RecoveryMessage encodes a job's recovery report (type recovery); ts is
+// when the recovery ended. Sent when it happens and, to a new subscriber,
+// for the last one.
+func RecoveryMessage(job string, rep *RecoveryReport) ([]byte, error) {
+	return json.Marshal(struct {
+		Envelope
+		Recovery *RecoveryReport `json:"recovery"`
+	}{Envelope{TypeRecovery, job, rep.At.UnixMilli()}, rep})
+}
+
+// publishJSON publishes v as a message of type typ, under a field named
+// after the type: {"type": typ, "job": job, "ts": ms, typ: v}.
+func publishJSON(hub *Hub, job, typ string, now time.Time, v any) {
+	if msg, err := json.Marshal(map[string]any{"type": typ, "job": job, "ts": now.UnixMilli(), typ: v}); err == nil {
+		hub.Publish(job, typ, msg)
+	}
+}
+
+// AppendEnvelope starts a message built by hand (the per-event ones, too
+// frequent for encoding/json): {"type":typ,"job":job,"ts":ts and the
+// caller appends its fields, each with a leading comma, and the closing
+// brace.
+func AppendEnvelope(b []byte, typ, job string, ts int64) []byte {
+	b = append(b, `{"type":`...)
+	b = AppendJSONString(b, typ)
+	b = append(b, `,"job":`...)
+	b = AppendJSONString(b, job)
+	b = append(b, `,"ts":`...)
+	return strconv.AppendInt(b, ts, 10)
+}
