@@ -4,15 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/mlstream/mlstream/client"
-	"github.com/mlstream/mlstream/ft"
 	"github.com/mlstream/mlstream/runtime"
 )
 
@@ -125,18 +122,7 @@ func TestEveryMessageTypeDecodes(t *testing.T) {
 
 	// The recovery, live (on the hub, as the feed forwards it) and to a
 	// new subscriber of the feed.
-	store, err := ft.NewDirStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := ft.OpenJobDir(filepath.Join(dir, ".jobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n2 := newTestServer(t, func(c *runtime.Config, _ *Config) {
-		c.Store, c.DataDir, c.Jobs = store, dir, jobs
-		c.Logger = slog.New(slog.NewTextHandler(&syncBuffer{}, nil))
-	})
+	n2 := newNode(t, dir, &syncBuffer{})
 	live := n2.engine.Hub().Subscribe([]string{"hh"}, []string{runtime.TypeRecovery}, 10)
 	if err := n2.engine.Start(nil); err != nil {
 		t.Fatal(err)
