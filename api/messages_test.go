@@ -72,7 +72,7 @@ func TestEveryMessageTypeDecodes(t *testing.T) {
 		},
 		client.TypeBackup: func(m client.Message) error {
 			b, err := m.Backup()
-			if err == nil && (m.Job != "hh" || !recent(m.TS) || b.Bytes <= 0 || len(b.Partitions) != 1) {
+			if err == nil && (m.Job != "hh" || !recent(m.TS) || b.Bytes <= 0 || len(b.Partitions) != 1 || b.Partition == nil || *b.Partition != 0) {
 				err = fmt.Errorf("%+v", b)
 			}
 			return err

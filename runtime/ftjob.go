@@ -397,14 +397,7 @@ func (f *jobFT) write(req backupReq) {
 		}
 	}
 	if f.hub.Wants(f.name, TypeBackup) {
-		m := map[string]any{
-			"type": TypeBackup, "job": f.name, "ts": meta.Created.UnixMilli(), "index": meta.Index, "full": meta.Full,
-			"bytes": len(req.data), "divergence": meta.Divergence, "last_seqs": meta.LastSeqs, "partitions": u.parts,
-		}
-		if p := u.partition(); p >= 0 {
-			m["partition"] = p
-		}
-		msg, _ := json.Marshal(m)
+		msg, _ := encodeBackup(f.name, u, meta, len(req.data))
 		f.hub.Publish(f.name, TypeBackup, msg)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+
+	"github.com/mlstream/mlstream/ft"
 )
 
 // The messages of the WebSocket feed and the hub. Every message is one
@@ -46,6 +48,31 @@ func RecoveryMessage(job string, rep *RecoveryReport) ([]byte, error) {
 		Envelope
 		Recovery *RecoveryReport `json:"recovery"`
 	}{Envelope{TypeRecovery, job, rep.At.UnixMilli()}, rep})
+}
+
+// BackupMessage is a unit of state backed up (type backup); ts is the
+// backup's creation time. Partition is the unit's one partition, absent
+// for a unit of the whole job.
+type BackupMessage struct {
+	Envelope
+	Index      uint64   `json:"index"`
+	Full       bool     `json:"full"`
+	Bytes      int      `json:"bytes"`
+	Divergence float64  `json:"divergence"`
+	LastSeqs   []uint64 `json:"last_seqs"`
+	Partitions []int    `json:"partitions"`
+	Partition  *int     `json:"partition,omitempty"`
+}
+
+// encodeBackup encodes the backup message of unit u's backup meta of n
+// bytes.
+func encodeBackup(job string, u *stateUnit, meta ft.BackupMeta, n int) ([]byte, error) {
+	m := BackupMessage{Envelope: Envelope{TypeBackup, job, meta.Created.UnixMilli()}, Index: meta.Index, Full: meta.Full,
+		Bytes: n, Divergence: meta.Divergence, LastSeqs: meta.LastSeqs, Partitions: u.parts}
+	if p := u.partition(); p >= 0 {
+		m.Partition = &p
+	}
+	return json.Marshal(m)
 }
 
 // publishJSON publishes v as a message of type typ, under a field named
