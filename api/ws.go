@@ -204,7 +204,7 @@ func (s *Server) sendRecoveries(jobs []string, write func([]byte) bool) bool {
 		if rep == nil {
 			continue
 		}
-		msg, err := runtime.RecoveryMessage(j.Name(), rep)
+		msg, err := runtime.EncodeRecovery(j.Name(), rep)
 		if err != nil {
 			s.log.Error("encoding recovery", "err", err)
 			continue

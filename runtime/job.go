@@ -158,7 +158,7 @@ func (j *Job) start(hub *Hub) error {
 			j.ft.log.Info("job recovered", "job", j.spec.Name, "clean", rep.Clean, "failures", rep.Failures,
 				"backups", rep.Backups, "replayed", rep.Replayed, "lost", rep.Lost, "bound_events", rep.Bound.Events,
 				"within_bound", rep.Within, "duration_ms", rep.DurationMs)
-			if msg, err := RecoveryMessage(j.spec.Name, rep); err == nil {
+			if msg, err := EncodeRecovery(j.spec.Name, rep); err == nil {
 				hub.Publish(j.spec.Name, TypeRecovery, msg)
 			}
 		}

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -258,10 +259,20 @@ func (e Emitter) Wants(typ string) bool { return e.hub.Wants(e.job, typ) }
 // Publish sends msg, which must not be modified afterwards.
 func (e Emitter) Publish(typ string, msg []byte) { e.hub.Publish(e.job, typ, msg) }
 
-// PublishJSON publishes v under a field named after the type, in the
-// envelope of every message: {"type": typ, "job": job, "ts": ms, typ: v}.
-func (e Emitter) PublishJSON(typ string, now time.Time, v any) {
-	publishJSON(e.hub, e.job, typ, now, v)
+// Envelope starts a message of type typ at time ts (epoch ms).
+func (e Emitter) Envelope(typ string, ts int64) Envelope {
+	return Envelope{Type: typ, Job: e.job, TS: ts}
+}
+
+// PublishValue encodes msg, a message type that embeds Envelope, with
+// encoding/json and publishes it: for messages of at most one a second.
+func (e Emitter) PublishValue(msg interface{ envelope() Envelope }) error {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	e.hub.Publish(e.job, msg.envelope().Type, b)
+	return nil
 }
 
 // The registry of kinds, filled by Register from the kinds' init.

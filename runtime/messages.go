@@ -3,7 +3,6 @@ package runtime
 import (
 	"encoding/json"
 	"strconv"
-	"time"
 
 	"github.com/mlstream/mlstream/ft"
 )
@@ -25,12 +24,16 @@ const (
 // engineTypes are the message types of every job, whatever its kind.
 var engineTypes = []string{TypeStats, TypeBackup, TypeRecovery}
 
-// Envelope is what every message carries.
+// Envelope is what every message carries. A message type embeds it, and
+// the message's own fields follow; for a message about one thing the
+// field is named after the type ({"type": "topk", ..., "topk": {...}}).
 type Envelope struct {
 	Type string `json:"type"`
 	Job  string `json:"job"`
 	TS   int64  `json:"ts"`
 }
+
+func (e Envelope) envelope() Envelope { return e }
 
 // StatsMessage is a job's status (type stats), once a second to each
 // subscriber; Dropped counts the messages this subscriber missed.
@@ -40,14 +43,17 @@ type StatsMessage struct {
 	Stats   JobStatus `json:"stats"`
 }
 
-// RecoveryMessage encodes a job's recovery report (type recovery); ts is
-// when the recovery ended. Sent when it happens and, to a new subscriber,
-// for the last one.
-func RecoveryMessage(job string, rep *RecoveryReport) ([]byte, error) {
-	return json.Marshal(struct {
-		Envelope
-		Recovery *RecoveryReport `json:"recovery"`
-	}{Envelope{TypeRecovery, job, rep.At.UnixMilli()}, rep})
+// RecoveryMessage is a job's recovery report (type recovery); ts is when
+// the recovery ended. Sent when it happens and, to a new subscriber, for
+// the last one.
+type RecoveryMessage struct {
+	Envelope
+	Recovery *RecoveryReport `json:"recovery"`
+}
+
+// EncodeRecovery encodes the recovery message of rep.
+func EncodeRecovery(job string, rep *RecoveryReport) ([]byte, error) {
+	return json.Marshal(RecoveryMessage{Envelope{TypeRecovery, job, rep.At.UnixMilli()}, rep})
 }
 
 // BackupMessage is a unit of state backed up (type backup); ts is the
@@ -73,14 +79,6 @@ func encodeBackup(job string, u *stateUnit, meta ft.BackupMeta, n int) ([]byte, 
 		m.Partition = &p
 	}
 	return json.Marshal(m)
-}
-
-// publishJSON publishes v as a message of type typ, under a field named
-// after the type: {"type": typ, "job": job, "ts": ms, typ: v}.
-func publishJSON(hub *Hub, job, typ string, now time.Time, v any) {
-	if msg, err := json.Marshal(map[string]any{"type": typ, "job": job, "ts": now.UnixMilli(), typ: v}); err == nil {
-		hub.Publish(job, typ, msg)
-	}
 }
 
 // AppendEnvelope starts a message built by hand (the per-event ones, too

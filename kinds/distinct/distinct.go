@@ -185,7 +185,7 @@ func (j *job) Announce(out runtime.Emitter, now time.Time) {
 	}
 	j.last = c.Estimate
 	c.Job = out.Job()
-	out.PublishJSON(TypeDistinct, now, c)
+	out.PublishValue(CountMessage{out.Envelope(TypeDistinct, now.UnixMilli()), c})
 }
 
 func (j *job) Units() []runtime.Unit { return synopsis.UnitsOf(j.parts) }

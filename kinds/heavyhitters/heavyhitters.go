@@ -233,7 +233,7 @@ func (j *job) Announce(out runtime.Emitter, now time.Time) {
 	}
 	j.lastKeys = keys
 	t.Job = out.Job()
-	out.PublishJSON(TypeTopK, now, t)
+	out.PublishValue(TopKMessage{out.Envelope(TypeTopK, now.UnixMilli()), t})
 }
 
 // Fault tolerance: one unit per partition.

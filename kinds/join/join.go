@@ -390,7 +390,7 @@ func (j *joinJob) Announce(out runtime.Emitter, now time.Time) {
 	}
 	v := j.view(synopsis.WindowCurrent, 5)
 	v.Job, v.Windows = out.Job(), nil
-	out.PublishJSON(TypeJoin, now, v)
+	out.PublishValue(JoinMessage{out.Envelope(TypeJoin, now.UnixMilli()), v})
 }
 
 // Queries: matches[?limit=20&window=current|last|all]: recent matches (at
