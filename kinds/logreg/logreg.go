@@ -33,6 +33,14 @@ func init() {
 	})
 }
 
+var (
+	_ runtime.Predicting    = (*logregJob)(nil)
+	_ runtime.FaultTolerant = (*logregJob)(nil)
+	_ runtime.Unacking      = (*logregJob)(nil)
+	_ runtime.Collecting    = (*logregJob)(nil)
+	_ runtime.LiveDiverging = (*logregJob)(nil)
+)
+
 // logregJob is a job of kind logreg. Params: the learner's (hash_bits,
 // optimizer, alpha, beta, l1, l2, clip, normalize, adaptive, window) and
 // the field names. Partitions merge at the end of each group of batches
