@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mlstream/mlstream/api"
 	"github.com/mlstream/mlstream/runtime"
+	"github.com/mlstream/mlstream/web"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fastjson"
 )
@@ -100,19 +102,23 @@ func (o countOp) Process(recs []runtime.Record, _ bool) {
 func (o countOp) Coordinate()                     {}
 func (o countOp) Idle(bool) (again time.Duration) { return 0 }
 
-func TestFifthKindEndToEnd(t *testing.T) {
+// serve runs an engine and its API (with the dashboard) on a real HTTP
+// server; do sends one request and returns the status and body.
+func serve(t *testing.T) (url string, do func(method, path, body string) (int, string)) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	e := runtime.NewEngine(runtime.Config{Partitions: 2, Registry: reg})
-	s := api.New(api.Config{Engine: e, Gatherer: reg, Registerer: reg})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e := runtime.NewEngine(runtime.Config{Partitions: 2, Registry: reg, Logger: log})
+	s := api.New(api.Config{Engine: e, Gatherer: reg, Registerer: reg, Logger: log, Dashboard: web.Handler(http.NotFoundHandler())})
 	s.SetReady(true)
 	hs := httptest.NewServer(s)
-	defer func() {
+	t.Cleanup(func() {
 		hs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		e.Close(ctx)
-	}()
-	do := func(method, path, body string) (int, string) {
+	})
+	return hs.URL, func(method, path, body string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, hs.URL+path, strings.NewReader(body))
 		if body != "" {
@@ -126,6 +132,10 @@ func TestFifthKindEndToEnd(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+}
+
+func TestFifthKindEndToEnd(t *testing.T) {
+	_, do := serve(t)
 
 	if code, body := do("PUT", "/v1/jobs/c", `{"kind":"count","input":"s"}`); code != http.StatusCreated {
 		t.Fatalf("PUT: %d %s", code, body)
