@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
-	"strconv"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/mlstream/mlstream/runtime"
@@ -168,19 +166,4 @@ func (s *Server) runQuery(w http.ResponseWriter, r *http.Request, name string, u
 	default:
 		writeError(w, http.StatusBadRequest, apiError{Error: err.Error()})
 	}
-}
-
-// intParam reads an optional integer query parameter in [lo, hi]; on a bad
-// value it answers 400 and reports false.
-func intParam(w http.ResponseWriter, q url.Values, name string, def, lo, hi int) (int, bool) {
-	v := q.Get(name)
-	if v == "" {
-		return def, true
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		writeError(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("%s must be an integer in [%d, %d], got %q", name, lo, hi, v), Field: name})
-		return 0, false
-	}
-	return n, true
 }
