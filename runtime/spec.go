@@ -276,9 +276,6 @@ type Params struct {
 	used map[string]bool
 }
 
-// NewParams reads m; the engine makes one per job for Kind.New.
-func NewParams(m map[string]any) *Params { return newParams(m) }
-
 func newParams(m map[string]any) *Params { return &Params{m: m, used: map[string]bool{}} }
 
 func (p *Params) get(name string) (any, bool) {
