@@ -353,35 +353,50 @@ func OutputTypes() []string {
 // Query runs the job's query name with the URL's parameters, refusing
 // parameters the query does not know with a QueryError.
 func (j *Job) Query(name string, params url.Values, path string) (any, error) {
-	var q *Query
-	names := []string{}
-	for _, x := range j.kind.instance().Queries() {
-		names = append(names, x.Name)
-		if x.Name == name {
-			q = &x
-		}
+	q, err := j.findQuery(name)
+	if err != nil {
+		return nil, err
 	}
-	if q == nil {
-		if len(names) == 0 {
-			return nil, fmt.Errorf("%w: job %q of kind %q has no queries", ErrUnknownQuery, j.spec.Name, j.spec.Kind)
-		}
-		return nil, fmt.Errorf("%w: job %q of kind %q has no query %q; its queries: %s", ErrUnknownQuery, j.spec.Name, j.spec.Kind, name, strings.Join(names, ", "))
+	if err := q.checkParams(params); err != nil {
+		return nil, err
 	}
+	return q.Run(QueryArgs{Job: j.spec.Name, Params: params, Path: path})
+}
+
+// findQuery is the kind's query name, or ErrUnknownQuery listing those
+// it has.
+func (j *Job) findQuery(name string) (*Query, error) {
+	var names []string
+	for _, q := range j.kind.instance().Queries() {
+		if q.Name == name {
+			return &q, nil
+		}
+		names = append(names, q.Name)
+	}
+	has := "has no queries"
+	if len(names) > 0 {
+		has = fmt.Sprintf("has no query %q; its queries: %s", name, strings.Join(names, ", "))
+	}
+	return nil, fmt.Errorf("%w: job %q of kind %q %s", ErrUnknownQuery, j.spec.Name, j.spec.Kind, has)
+}
+
+// checkParams refuses the first parameter, in order, that q does not take.
+func (q *Query) checkParams(params url.Values) error {
 	var unknown []string
 	for p := range params {
 		if !slices.Contains(q.Params, p) {
 			unknown = append(unknown, p)
 		}
 	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		known := "none"
-		if len(q.Params) > 0 {
-			known = strings.Join(q.Params, ", ")
-		}
-		return nil, &QueryError{Field: unknown[0], Msg: fmt.Sprintf("unknown query parameter %q for query %s; known: %s", unknown[0], name, known)}
+	if len(unknown) == 0 {
+		return nil
 	}
-	return q.Run(QueryArgs{Job: j.spec.Name, Params: params, Path: path})
+	sort.Strings(unknown)
+	known := "none"
+	if len(q.Params) > 0 {
+		known = strings.Join(q.Params, ", ")
+	}
+	return &QueryError{Field: unknown[0], Msg: fmt.Sprintf("unknown query parameter %q for query %s; known: %s", unknown[0], q.Name, known)}
 }
 
 // Predictor returns a predictor for one request, or ErrNotSupported when
