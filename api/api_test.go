@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"github.com/mlstream/mlstream/kinds/logreg"
 	"net"
 	"net/http"
 	"strconv"
@@ -76,8 +77,8 @@ func TestBadInputIsRefusedAndLeavesStateUntouched(t *testing.T) {
 		})
 	}
 	st := ts.job("spam")
-	if st.Accepted != 0 || st.Processed != 0 || st.Model.Version != 0 || st.Model.Updates != 0 {
-		t.Fatalf("state changed by refused input: accepted %d processed %d model %+v", st.Accepted, st.Processed, st.Model)
+	if st.Accepted != 0 || st.Processed != 0 || logreg.StatusOf(st).Model.Version != 0 || logreg.StatusOf(st).Model.Updates != 0 {
+		t.Fatalf("state changed by refused input: accepted %d processed %d model %+v", st.Accepted, st.Processed, logreg.StatusOf(st).Model)
 	}
 	for _, path := range []string{"/v1/jobs/nope", "/v1/jobs/nope/model"} {
 		if code, _, body := ts.do("GET", path, "", nil); code != 404 || !strings.Contains(body["error"].(string), `no job "nope"`) {
@@ -149,7 +150,7 @@ func TestIngestFormats(t *testing.T) {
 		t.Fatalf("processed %d, want %d", st.Processed, total)
 	}
 	waitFor(t, "progressive validation of the labelled events", 10*time.Second, func() bool {
-		return ts.job("spam").Metrics.All.Count == int64(total-1)
+		return logreg.StatusOf(ts.job("spam")).Metrics.All.Count == int64(total-1)
 	})
 }
 
@@ -350,7 +351,7 @@ func TestFullQueueAnswers429AndLosesNothing(t *testing.T) {
 		t.Fatalf("processed %d, accepted %d", st.Processed, accepted)
 	}
 	// Metrics are published when the partition goes idle.
-	waitFor(t, "metrics of every event", 10*time.Second, func() bool { return ts.job("spam").Metrics.All.Count == int64(accepted) })
+	waitFor(t, "metrics of every event", 10*time.Second, func() bool { return logreg.StatusOf(ts.job("spam")).Metrics.All.Count == int64(accepted) })
 	if !strings.Contains(ts.metrics(), `mlstream_events_rejected_total{reason="busy",stream="mail"}`) {
 		t.Error("429s not counted in /metrics")
 	}

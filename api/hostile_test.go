@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/mlstream/mlstream/kinds/logreg"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -86,7 +87,7 @@ func (ts *testServer) healthy(stream string) {
 		ts.t.Fatalf("GET /v1/jobs: %d, %d jobs, %v", resp.StatusCode, len(list.Jobs), err)
 	}
 	for _, j := range list.Jobs {
-		if j.Model == nil {
+		if ls := logreg.StatusOf(j); ls == nil || ls.Model == nil {
 			continue
 		}
 		code, _, m := ts.do("GET", "/v1/jobs/"+j.Name+"/model?weights=true&limit=10000", "", nil)
@@ -235,8 +236,8 @@ func TestHostileInput(t *testing.T) {
 		t.Fatalf("tiny and large values: %d %v", code, body)
 	}
 	st := ts.waitProcessed("spam")
-	if st.Model.Skipped != 0 {
-		t.Errorf("the model skipped %d updates", st.Model.Skipped)
+	if logreg.StatusOf(st).Model.Skipped != 0 {
+		t.Errorf("the model skipped %d updates", logreg.StatusOf(st).Model.Skipped)
 	}
 	ts.healthy("mail")
 }

@@ -3,10 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
-	"net/url"
-	"strconv"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/mlstream/mlstream/runtime"
@@ -138,156 +135,35 @@ func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": name})
 }
 
-// Paging of a model's weights.
-const (
-	defaultWeightsLimit = 100
-	maxWeightsLimit     = 10000
-)
-
-// modelPage is the body of GET /v1/jobs/{job}/model: with weights, one
-// page of them, largest magnitude first.
-type modelPage struct {
-	runtime.ModelView
-	// Offset is where this page starts in the ordered weights.
-	Offset int `json:"offset,omitempty"`
-	// Next is the URL of the next page; absent on the last one.
-	Next string `json:"next,omitempty"`
-	// NextOffset is the offset of the next page; absent on the last one.
-	NextOffset int `json:"next_offset,omitempty"`
+// query serves GET /v1/jobs/{job}/query/{name}?...: a named query of the
+// job's kind (runtime.Query). 404 for a job or a query that does not
+// exist, 400 naming a bad or unknown query parameter.
+func (s *Server) query(w http.ResponseWriter, r *http.Request) {
+	s.runQuery(w, r, chi.URLParam(r, "name"), http.StatusNotFound)
 }
 
-// model serves GET /v1/jobs/{job}/model[?weights=true&limit=N&offset=M].
-// Weights come in pages of limit (default 100, at most 10,000) from
-// offset, ordered by magnitude then slot; each page is its own snapshot,
-// so on a model still learning a weight may move across a page boundary.
-func (s *Server) model(w http.ResponseWriter, r *http.Request) {
+// queryAlias serves one of the query URLs older than the generic route
+// (/model, /topk, /distinct, /matches): the same query, and 400, as
+// always, when the job's kind does not have it.
+func (s *Server) queryAlias(name string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { s.runQuery(w, r, name, http.StatusBadRequest) }
+}
+
+func (s *Server) runQuery(w http.ResponseWriter, r *http.Request, name string, unknown int) {
 	j, ok := s.lookupJob(w, r)
 	if !ok {
 		return
 	}
-	q := r.URL.Query()
-	weights := false
-	if v := q.Get("weights"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, apiError{Error: "weights must be true or false", Field: "weights"})
-			return
-		}
-		weights = b
-	}
-	limit, ok := intParam(w, q, "limit", defaultWeightsLimit, 1, maxWeightsLimit)
-	if !ok {
-		return
-	}
-	offset, ok := intParam(w, q, "offset", 0, 0, math.MaxInt32)
-	if !ok {
-		return
-	}
-	m, err := j.Model(weights, offset+limit)
-	if err != nil {
+	out, err := j.Query(name, r.URL.Query(), r.URL.Path)
+	var qe *runtime.QueryError
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, out)
+	case errors.As(err, &qe):
+		writeError(w, http.StatusBadRequest, apiError{Error: qe.Msg, Field: qe.Field})
+	case errors.Is(err, runtime.ErrUnknownQuery):
+		writeError(w, unknown, apiError{Error: err.Error()})
+	default:
 		writeError(w, http.StatusBadRequest, apiError{Error: err.Error()})
-		return
 	}
-	writeJSON(w, http.StatusOK, pageWeights(m, r.URL, weights, offset, limit))
-}
-
-// pageWeights cuts the page [offset, offset+limit) out of the weights of
-// m (which holds the first offset+limit) and links the next page.
-func pageWeights(m runtime.ModelView, u *url.URL, weights bool, offset, limit int) modelPage {
-	p := modelPage{ModelView: m}
-	if !weights {
-		return p
-	}
-	p.Offset = offset
-	p.Weights = m.Weights[min(offset, len(m.Weights)):]
-	if next := offset + limit; next < m.NonZero {
-		q := u.Query()
-		q.Set("offset", strconv.Itoa(next))
-		q.Set("limit", strconv.Itoa(limit))
-		p.NextOffset = next
-		p.Next = u.Path + "?" + q.Encode()
-	}
-	return p
-}
-
-// topK serves GET /v1/jobs/{job}/topk[?k=20&window=current|last|all].
-func (s *Server) topK(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.lookupJob(w, r)
-	if !ok {
-		return
-	}
-	q := r.URL.Query()
-	k, ok := intParam(w, q, "k", 0, 1, math.MaxInt32)
-	if !ok {
-		return
-	}
-	t, err := j.TopK(windowParam(q.Get("window")), k)
-	if err != nil {
-		synopsisError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, t)
-}
-
-// distinct serves GET /v1/jobs/{job}/distinct[?window=current|last|all].
-func (s *Server) distinct(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.lookupJob(w, r)
-	if !ok {
-		return
-	}
-	c, err := j.Distinct(windowParam(r.URL.Query().Get("window")))
-	if err != nil {
-		synopsisError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, c)
-}
-
-// matches serves GET /v1/jobs/{job}/matches[?limit=20&window=current|last|all].
-func (s *Server) matches(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.lookupJob(w, r)
-	if !ok {
-		return
-	}
-	q := r.URL.Query()
-	limit, ok := intParam(w, q, "limit", 20, 0, 1000)
-	if !ok {
-		return
-	}
-	m, err := j.Matches(windowParam(q.Get("window")), limit)
-	if err != nil {
-		synopsisError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, m)
-}
-
-// intParam reads an optional integer query parameter in [lo, hi]; on a bad
-// value it answers 400 and reports false.
-func intParam(w http.ResponseWriter, q url.Values, name string, def, lo, hi int) (int, bool) {
-	v := q.Get(name)
-	if v == "" {
-		return def, true
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		writeError(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("%s must be an integer in [%d, %d], got %q", name, lo, hi, v), Field: name})
-		return 0, false
-	}
-	return n, true
-}
-
-func windowParam(v string) string {
-	if v == "" {
-		return runtime.WindowCurrent
-	}
-	return v
-}
-
-func synopsisError(w http.ResponseWriter, err error) {
-	field := ""
-	if errors.Is(err, runtime.ErrBadWindow) {
-		field = "window"
-	}
-	writeError(w, http.StatusBadRequest, apiError{Error: err.Error(), Field: field})
 }

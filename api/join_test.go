@@ -2,6 +2,8 @@ package api
 
 import (
 	"fmt"
+	"github.com/mlstream/mlstream/kinds/heavyhitters"
+	"github.com/mlstream/mlstream/kinds/join"
 	"strings"
 	"testing"
 	"time"
@@ -53,8 +55,8 @@ func TestJoinOverHTTP(t *testing.T) {
 	if msg["type"] != "match" || msg["job"] != "conv" || match["right_ts"].(float64)-match["left_ts"].(float64) != 5000 {
 		t.Fatalf("websocket: %v", msg)
 	}
-	if st := ts.job("conv"); st.Join == nil || st.Join.Matches != 50 {
-		t.Fatalf("job status join %+v", st.Join)
+	if st := ts.job("conv"); join.StatusOf(st) == nil || join.StatusOf(st).Join == nil || join.StatusOf(st).Join.Matches != 50 {
+		t.Fatalf("job status join %+v", join.StatusOf(st))
 	}
 	if !strings.Contains(ts.metrics(), `mlstream_join_matches_total{job="conv"} 50`) {
 		t.Fatal("metrics lack the join's matches")
@@ -123,8 +125,8 @@ func TestShedIsReportedInTheResponse(t *testing.T) {
 	// Batches that waited out the pause are shed late, as the partition
 	// reaches them: no response reports those, status and metrics do.
 	st := ts.job("top")
-	if st.Shed == nil || st.Shed.Late == 0 || float64(st.Shed.Shed-st.Shed.Late) != shed || st.TopK.Shed != st.Shed.Shed {
-		t.Fatalf("status shed %+v, topk shed %d; responses said %v", st.Shed, st.TopK.Shed, shed)
+	if st.Shed == nil || st.Shed.Late == 0 || float64(st.Shed.Shed-st.Shed.Late) != shed || heavyhitters.StatusOf(st).TopK.Shed != st.Shed.Shed {
+		t.Fatalf("status shed %+v, topk shed %d; responses said %v", st.Shed, heavyhitters.StatusOf(st).TopK.Shed, shed)
 	}
 	if want := fmt.Sprintf(`mlstream_events_shed_total{job="top"} %v`, st.Shed.Shed); !strings.Contains(ts.metrics(), want) {
 		t.Fatalf("metrics lack %q", want)

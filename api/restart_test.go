@@ -20,6 +20,16 @@ import (
 // it: backups, job records, the config file's jobs, then the recorded ones.
 func startNode(t *testing.T, dir string, file []runtime.Spec, log *syncBuffer) *testServer {
 	t.Helper()
+	ts := newNode(t, dir, log)
+	if err := ts.engine.Start(file); err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+// newNode is startNode before Start: no job runs yet.
+func newNode(t *testing.T, dir string, log *syncBuffer) *testServer {
+	t.Helper()
 	store, err := ft.NewDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -32,9 +42,6 @@ func startNode(t *testing.T, dir string, file []runtime.Spec, log *syncBuffer) *
 		c.Store, c.DataDir, c.Jobs = store, dir, jobs
 		c.Logger = slog.New(slog.NewTextHandler(log, nil))
 	})
-	if err := ts.engine.Start(file); err != nil {
-		t.Fatal(err)
-	}
 	return ts
 }
 

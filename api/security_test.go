@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"github.com/mlstream/mlstream/kinds/logreg"
 	"io"
 	"log/slog"
 	"math"
@@ -332,7 +333,7 @@ func TestModelWeightsArePaged(t *testing.T) {
 		return a["version"] == b["version"] && nonzero > 250
 	})
 	_, _, first := ts.do("GET", "/v1/jobs/spam/model?weights=true", "", nil)
-	if n := len(first["weights"].([]any)); n != defaultWeightsLimit {
+	if n := len(first["weights"].([]any)); n != logreg.DefaultWeightsLimit {
 		t.Fatalf("default page of %d weights", n)
 	}
 	seen := map[float64]bool{}

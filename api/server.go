@@ -1,4 +1,5 @@
-// Package api is mlstream's HTTP surface: the routes of DESIGN.md (chi),
+// Package api is mlstream's HTTP surface: the routes under /v1 (jobs,
+// ingest, the kinds' queries and predictions, the WebSocket feed; chi),
 // decoding of JSON and NDJSON request bodies, JSON error responses, the
 // WebSocket feed (gorilla/websocket) and /metrics. It holds no state of its
 // own beyond connections: everything lives in the runtime.Engine.
@@ -92,10 +93,11 @@ func New(cfg Config) *Server {
 			r.Get("/jobs", s.listJobs)
 			r.Get("/jobs/{job}", s.getJob)
 			r.Post("/jobs/{job}/predict", s.predict)
-			r.Get("/jobs/{job}/model", s.model)
-			r.Get("/jobs/{job}/topk", s.topK)
-			r.Get("/jobs/{job}/distinct", s.distinct)
-			r.Get("/jobs/{job}/matches", s.matches)
+			r.Get("/jobs/{job}/query/{name}", s.query)
+			// The query URLs older than /query/{name}.
+			for _, name := range []string{"model", "topk", "distinct", "matches"} {
+				r.Get("/jobs/{job}/"+name, s.queryAlias(name))
+			}
 			r.Get("/ws", s.ws)
 		})
 		r.With(admin).Put("/jobs/{job}", s.putJob)

@@ -25,16 +25,6 @@ const (
 	wsPingEvery = wsPongWait / 2
 )
 
-// statsMessage is the periodic `stats` message of one job. Dropped counts
-// the messages this connection missed because its backlog was full.
-type statsMessage struct {
-	Type    string            `json:"type"`
-	Job     string            `json:"job"`
-	TS      int64             `json:"ts"`
-	Dropped uint64            `json:"dropped"`
-	Stats   runtime.JobStatus `json:"stats"`
-}
-
 func splitList(s string) []string {
 	var out []string
 	for _, x := range strings.Split(s, ",") {
@@ -58,13 +48,13 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 	}
 	types := splitList(q.Get("types"))
 	for _, t := range types {
-		if !slices.Contains(runtime.OutputTypes, t) {
-			writeError(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("unknown message type %q; known: %s", t, strings.Join(runtime.OutputTypes, ", ")), Field: "types"})
+		if known := runtime.OutputTypes(); !slices.Contains(known, t) {
+			writeError(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("unknown message type %q; known: %s", t, strings.Join(known, ", ")), Field: "types"})
 			return
 		}
 	}
 	if len(types) == 0 {
-		types = runtime.OutputTypes
+		types = runtime.OutputTypes()
 	}
 	if !s.takeWSSlot(w, r) {
 		return
@@ -184,7 +174,7 @@ func (s *Server) closeSlow(conn *websocket.Conn, r *http.Request, dropped uint64
 func (s *Server) sendStats(sub *runtime.Sub, jobs []string, write func([]byte) bool) bool {
 	now := time.Now().UnixMilli()
 	for _, j := range s.selectedJobs(jobs) {
-		msg, err := json.Marshal(statsMessage{Type: runtime.TypeStats, Job: j.Name(), TS: now, Dropped: sub.Dropped(), Stats: j.Status(false)})
+		msg, err := json.Marshal(runtime.StatsMessage{Envelope: runtime.Envelope{Type: runtime.TypeStats, Job: j.Name(), TS: now}, Dropped: sub.Dropped(), Stats: j.Status(false)})
 		if err != nil {
 			s.log.Error("encoding stats", "err", err)
 			continue
@@ -214,7 +204,7 @@ func (s *Server) sendRecoveries(jobs []string, write func([]byte) bool) bool {
 		if rep == nil {
 			continue
 		}
-		msg, err := json.Marshal(map[string]any{"type": runtime.TypeRecovery, "job": j.Name(), "ts": rep.At.UnixMilli(), "recovery": rep})
+		msg, err := runtime.EncodeRecovery(j.Name(), rep)
 		if err != nil {
 			s.log.Error("encoding recovery", "err", err)
 			continue

@@ -13,6 +13,8 @@ import (
 	"github.com/mlstream/mlstream/client"
 	"github.com/mlstream/mlstream/internal/gen"
 	"github.com/mlstream/mlstream/joins"
+	"github.com/mlstream/mlstream/kinds/join"
+	"github.com/mlstream/mlstream/kinds/logreg"
 	"github.com/mlstream/mlstream/runtime"
 )
 
@@ -110,7 +112,7 @@ func lrCrashes(bin string, quick bool) {
 				acc = predictAccuracy(url, held)
 				var st runtime.JobStatus
 				getStatus(url, &st)
-				nonzero = st.Model.NonZero
+				nonzero = logreg.StatusOf(st).Model.NonZero
 			})
 		if err != nil {
 			fmt.Println("server:", err)
@@ -201,8 +203,8 @@ func joinCrashes(bin string, quick bool) {
 			func(url string) {
 				var st runtime.JobStatus
 				getStatus(url, &st)
-				if st.Join != nil {
-					est = st.Join.Estimate
+				if js := join.StatusOf(st); js != nil && js.Join != nil {
+					est = js.Join.Estimate
 				}
 			})
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/mlstream/mlstream/api"
 	"github.com/mlstream/mlstream/client"
 	"github.com/mlstream/mlstream/internal/gen"
+	"github.com/mlstream/mlstream/kinds/logreg"
 	"github.com/mlstream/mlstream/runtime"
 )
 
@@ -166,8 +167,8 @@ func (lr *latencyReader) result(st runtime.JobStatus, sent int, elapsed time.Dur
 	if st.Group != nil {
 		out.group = *st.Group
 	}
-	if st.Model != nil {
-		out.merges = float64(st.Model.Version) / elapsed.Seconds()
+	if ls := logreg.StatusOf(st); ls != nil && ls.Model != nil {
+		out.merges = float64(ls.Model.Version) / elapsed.Seconds()
 	}
 	if len(lats) > 0 {
 		out.p50, out.p99 = quantile(lats, 0.5), quantile(lats, 0.99)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mlstream/mlstream/internal/gen"
+	"github.com/mlstream/mlstream/kinds/logreg"
 	"github.com/mlstream/mlstream/runtime"
 )
 
@@ -319,6 +320,6 @@ func restartBig(bin string, quick bool) {
 	t := newTable("crash", "Fault tolerance: restart to ready with a 2^20-weight model",
 		"kill -9, then process start to /readyz 200 (backup chain applied, item logs replayed), median of 3.",
 		"restart to ready", "non-zero weights", "of", "target")
-	t.Row(time.Duration(mid(readies)).Round(time.Millisecond).String(), st.Model.NonZero, 1<<20, "<= 1 s")
+	t.Row(time.Duration(mid(readies)).Round(time.Millisecond).String(), logreg.StatusOf(st).Model.NonZero, 1<<20, "<= 1 s")
 	t.Print()
 }

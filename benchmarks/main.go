@@ -37,6 +37,7 @@ import (
 	"github.com/mlstream/mlstream/client"
 	"github.com/mlstream/mlstream/ft"
 	"github.com/mlstream/mlstream/internal/gen"
+	_ "github.com/mlstream/mlstream/kinds/all" // the job kinds
 	"github.com/mlstream/mlstream/learners"
 	"github.com/mlstream/mlstream/runtime"
 	"github.com/valyala/fastjson"

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/mlstream/mlstream/internal/gen"
+	"github.com/mlstream/mlstream/kinds/distinct"
+	"github.com/mlstream/mlstream/kinds/heavyhitters"
+	"github.com/mlstream/mlstream/kinds/logreg"
 	"github.com/mlstream/mlstream/learners"
 	"github.com/mlstream/mlstream/runtime"
 	"github.com/mlstream/mlstream/synopses"
@@ -261,7 +264,7 @@ func oursEngine(d *labelled) (float64, learners.Measures) {
 	rate := median(peersReps, func() float64 {
 		e, job, rate := feedEngine(chunk(spec.Input, body), len(d.labels), spec, "")
 		defer e.Close(context.Background())
-		m = job.Status(false).Metrics.All
+		m = logreg.StatusOf(job.Status(false)).Metrics.All
 		return rate
 	})
 	return rate, m
@@ -625,7 +628,7 @@ func (rb *redisBench) distinctTable() {
 	drate := median(peersReps, func() float64 {
 		e, job, rate := feedEngine(chunk(dspec.Input, rb.body), rb.n, dspec, "")
 		defer e.Close(context.Background())
-		dc, err := job.Distinct(runtime.WindowAll)
+		dc, err := distinct.CountOf(job, runtime.WindowAll)
 		if err != nil {
 			panic(err)
 		}
@@ -784,7 +787,7 @@ func (rb *redisBench) heavyHittersJob() (float64, []string) {
 	hrate := median(peersReps, func() float64 {
 		e, job, rate := feedEngine(chunk(hspec.Input, rb.body), rb.n, hspec, "")
 		defer e.Close(context.Background())
-		tk, err := job.TopK(runtime.WindowAll, redisK)
+		tk, err := heavyhitters.TopKOf(job, runtime.WindowAll, redisK)
 		if err != nil {
 			panic(err)
 		}

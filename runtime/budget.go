@@ -8,8 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-
-	"github.com/mlstream/mlstream/learners"
 )
 
 // Ranges of job spec fields and params. Ranges keep one field from
@@ -21,16 +19,6 @@ const (
 	// MaxQueueSize is the largest partition queue, in events.
 	MaxQueueSize = 1 << 20
 
-	maxHashBits     = 26 // logreg: 2^26 slots of 32 bytes, 2 GiB
-	maxLogregWindow = 1_000_000
-	defaultCounters = 2000
-	maxCounters     = 1 << 20
-	maxK            = 10_000
-	maxKeep         = 100
-	defaultKeep     = 3
-	defaultPrec     = 14
-	defaultMaxState = 64 << 20
-	maxJoinState    = 1 << 40
 	maxFTEvents     = 1 << 30
 	maxCompactEvery = 1024
 	maxFTWindow     = 1 << 40
@@ -43,33 +31,12 @@ const (
 	// queuedEventBytes is a queued event: its Record (~100 bytes) and
 	// what extraction copied (a few features or values).
 	queuedEventBytes = 192
-	// logregSlotBytes is a model slot: four float64 words.
-	logregSlotBytes = 32
-	// logregPartBytes is a partition's learner: its local delta at its
-	// initial 4,096 entries of 32 bytes and scratch.
-	logregPartBytes = 4096*32 + 2048*4 + 64*40
-	// logregDeltaSlots is how many slots a partition's delta is assumed
-	// to grow to between merges (it grows with the slots touched, at most
-	// 4 entries per model slot).
-	logregDeltaSlots = 1 << 14
-	// progressiveBytes is one event of the progressive metrics' window,
-	// held twice per partition (its own and the published copy).
-	progressiveBytes = 8
-	// hhCounterBytes is a heavy-hitter counter with its share of the
-	// index, and an item of ~30 bytes.
-	hhCounterBytes = 130 + 32
-	// hllRegisterBytes is a distinct register: the sketch's byte, our
-	// copy of it and the changed bit.
-	hllRegisterBytes = 2.2
-	// publishedSummaries is what a synopsis partition holds besides its
-	// live windows: the published current, last and all windows, and the
-	// blank summary that stands for a missing window.
-	publishedSummaries = 4
 )
 
 // MemoryEstimate is a job's memory, estimated from its spec before
 // anything is allocated: the kind's state at its largest (models, every
-// window kept, a join's max_state) and its queues full.
+// window kept, a bound on buffered state: Kind.Memory) and its queues
+// full.
 type MemoryEstimate struct {
 	State  int64 `json:"state_bytes"`
 	Queues int64 `json:"queue_bytes"`
@@ -80,107 +47,26 @@ type MemoryEstimate struct {
 // Total is state and queues.
 func (m MemoryEstimate) Total() int64 { return m.State + m.Queues }
 
-// estimateMemory estimates spec's memory. spec must be validated (its
+// estimateMemory estimates spec's memory: the kind's (Kind.Memory) and the
+// queues'. spec must be validated (its
 // partitions and queue size filled); its params are read with the ranges
 // of the kind's constructor, so a param out of range is a SpecError here
 // already, before the budget is asked. withFT says whether the job will
 // have fault tolerance.
 func estimateMemory(spec Spec, withFT bool) (MemoryEstimate, error) {
-	p := newParams(spec.Params)
 	var state int64
 	var field string
-	var err error
-	switch spec.Kind {
-	case "logreg":
-		state, field, err = logregMemory(spec, p, withFT)
-	case "heavy_hitters":
-		state, field, err = hhMemory(spec, p)
-	case "distinct":
-		state, field, err = distinctMemory(spec, p)
-	case "join":
-		state, field, err = joinMemory(spec, p)
-	}
-	if err != nil {
-		return MemoryEstimate{}, err
+	if kind, ok := lookupKind(spec.Kind); ok && kind.Memory != nil {
+		var err error
+		if state, field, err = kind.Memory(spec, newParams(spec.Params), withFT); err != nil {
+			return MemoryEstimate{}, err
+		}
 	}
 	m := MemoryEstimate{State: state, Queues: int64(spec.Partitions) * int64(spec.QueueSize) * queuedEventBytes, Field: field}
 	if m.Queues > m.State {
 		m.Field = "queue_size"
 	}
 	return m, nil
-}
-
-func logregMemory(spec Spec, p *Params, withFT bool) (int64, string, error) {
-	hb, err := p.Int("hash_bits", learners.DefaultHashBits, 1, maxHashBits)
-	if err != nil {
-		return 0, "", err
-	}
-	window, err := p.Int("window", learners.DefaultWindow, 1, maxLogregWindow)
-	if err != nil {
-		return 0, "", err
-	}
-	slots := int64(1)<<hb + 1
-	model := slots * logregSlotBytes
-	if withFT {
-		model += slots / 8 // the tracker's bitmap of slots changed since the backup
-	}
-	delta := 4 * min(slots, logregDeltaSlots) * 32
-	part := logregPartBytes + max(delta-4096*32, 0) + 2*int64(window)*progressiveBytes
-	return model + int64(spec.Partitions)*part, "params.hash_bits", nil
-}
-
-// summaries is how many summaries a synopsis partition holds at most: its
-// live windows (the current one and keep closed ones, or one for the
-// whole stream) and the published ones.
-func summaries(p *Params) (int64, error) {
-	keep, err := p.Int("keep", defaultKeep, 1, maxKeep)
-	if err != nil {
-		return 0, err
-	}
-	w, err := p.String("window", "none")
-	if err != nil {
-		return 0, err
-	}
-	live := int64(1)
-	if w != "none" {
-		live += int64(keep)
-	}
-	return live + publishedSummaries, nil
-}
-
-func hhMemory(spec Spec, p *Params) (int64, string, error) {
-	counters, err := p.Int("counters", defaultCounters, 1, maxCounters)
-	if err != nil {
-		return 0, "", err
-	}
-	n, err := summaries(p)
-	if err != nil {
-		return 0, "", err
-	}
-	return int64(spec.Partitions) * n * int64(counters) * hhCounterBytes, "params.counters", nil
-}
-
-func distinctMemory(spec Spec, p *Params) (int64, string, error) {
-	prec, err := p.Int("precision", defaultPrec, 4, 18)
-	if err != nil {
-		return 0, "", err
-	}
-	n, err := summaries(p)
-	if err != nil {
-		return 0, "", err
-	}
-	sketch := int64(float64(int64(1)<<prec) * hllRegisterBytes)
-	return int64(spec.Partitions) * n * sketch, "params.precision", nil
-}
-
-func joinMemory(spec Spec, p *Params) (int64, string, error) {
-	// The join's own bound on its buffered tuples, enforced by package
-	// joins; its lower bound is checked by the constructor.
-	maxState, err := p.Bytes("max_state", defaultMaxState, 0, maxJoinState)
-	if err != nil {
-		return 0, "", err
-	}
-	return maxState, "params.max_state", nil
 }
 
 // Errors of the limits, matched with errors.Is by the api package.

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// Consistency of logreg's model averaging (AF-Stream's §5, Drizzle's
-// groups as the rounds). Every partition merges its updates into the global
+// Consistency rounds, for kinds that merge partitions into a global state
+// (Kind.Consistent; model averaging, after AF-Stream's §5), with Drizzle's
+// groups as the rounds. Every partition merges its updates into the global
 // model at the end of each of its groups: one round. Under async a
 // partition never waits: it learns on the global model as it is, which
 // already holds whatever other partitions merged. Under bsp it waits after
@@ -20,7 +21,7 @@ import (
 // A partition whose queue ran dry is idle: nobody waits for it, and when
 // it gets work again it joins the round of the fastest, so an idle
 // partition never holds the others back.
-type syncClock struct {
+type SyncClock struct {
 	staleness int
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -30,14 +31,16 @@ type syncClock struct {
 	waited    time.Duration
 }
 
-func newSyncClock(partitions, staleness int) *syncClock {
-	c := &syncClock{staleness: staleness, rounds: make([]uint64, partitions), active: make([]bool, partitions)}
+// NewSyncClock paces partitions rounds, letting a busy one run at most
+// staleness rounds ahead of the slowest busy one (math.MaxInt32: never wait).
+func NewSyncClock(partitions, staleness int) *SyncClock {
+	c := &SyncClock{staleness: staleness, rounds: make([]uint64, partitions), active: make([]bool, partitions)}
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
 
-// setActive marks partition i busy (it took work) or idle.
-func (c *syncClock) setActive(i int, busy bool) {
+// SetActive marks partition i busy (it took work) or idle.
+func (c *SyncClock) SetActive(i int, busy bool) {
 	c.mu.Lock()
 	if busy && !c.active[i] {
 		for _, r := range c.rounds {
@@ -49,9 +52,9 @@ func (c *syncClock) setActive(i int, busy bool) {
 	c.cond.Broadcast()
 }
 
-// advance records that partition i merged a round, and waits until no busy
+// Advance records that partition i merged a round, and waits until no busy
 // partition is more than staleness rounds behind it.
-func (c *syncClock) advance(i int) {
+func (c *SyncClock) Advance(i int) {
 	c.mu.Lock()
 	c.rounds[i]++
 	c.cond.Broadcast()
@@ -69,7 +72,7 @@ func (c *syncClock) advance(i int) {
 	c.mu.Unlock()
 }
 
-func (c *syncClock) behind(i int) bool {
+func (c *SyncClock) behind(i int) bool {
 	for j, r := range c.rounds {
 		if j != i && c.active[j] && r+uint64(c.staleness) < c.rounds[i] {
 			return true
@@ -78,7 +81,7 @@ func (c *syncClock) behind(i int) bool {
 	return false
 }
 
-// ConsistencyStatus is logreg's model averaging in a job status.
+// ConsistencyStatus is a job's consistency rounds, in its status.
 type ConsistencyStatus struct {
 	Model     string `json:"model"` // async, bsp or ssp
 	Staleness int    `json:"staleness,omitempty"`
@@ -91,7 +94,8 @@ type ConsistencyStatus struct {
 	WaitedMs float64 `json:"waited_ms"`
 }
 
-func (c *syncClock) status(model string) *ConsistencyStatus {
+// Status reports the rounds under the consistency model's name.
+func (c *SyncClock) Status(model string) *ConsistencyStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := &ConsistencyStatus{Model: model, Staleness: c.staleness, Waits: c.waits, WaitedMs: float64(c.waited) / 1e6}

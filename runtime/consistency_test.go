@@ -31,19 +31,19 @@ func TestConsistencyModelsReachTheSameAccuracy(t *testing.T) {
 		waitIdle(t, j)
 		deadline := time.Now().Add(10 * time.Second)
 		st := j.Status(false)
-		for st.Metrics.All.Count != int64(len(lines)) && time.Now().Before(deadline) {
+		for sec(st).Metrics.All.Count != int64(len(lines)) && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 			st = j.Status(false)
 		}
-		if st.Metrics.All.Count != int64(len(lines)) {
-			t.Fatalf("%s: learned %d of %d", model, st.Metrics.All.Count, len(lines))
+		if sec(st).Metrics.All.Count != int64(len(lines)) {
+			t.Fatalf("%s: learned %d of %d", model, sec(st).Metrics.All.Count, len(lines))
 		}
-		c := st.Consistency
+		c := sec(st).Consistency
 		if c == nil || c.Model != model || c.MaxRound == 0 {
 			t.Fatalf("%s: consistency %+v", model, c)
 		}
-		acc[model] = st.Metrics.All.Accuracy
-		t.Logf("%s: accuracy %.4f, rounds %d-%d, %d waits (%.1f ms), model version %d", model, st.Metrics.All.Accuracy, c.MinRound, c.MaxRound, c.Waits, c.WaitedMs, st.Model.Version)
+		acc[model] = sec(st).Metrics.All.Accuracy
+		t.Logf("%s: accuracy %.4f, rounds %d-%d, %d waits (%.1f ms), model version %d", model, sec(st).Metrics.All.Accuracy, c.MinRound, c.MaxRound, c.Waits, c.WaitedMs, sec(st).Model.Version)
 	}
 	for _, m := range []string{ConsistencyBSP, ConsistencySSP} {
 		if math.Abs(acc[m]-acc[ConsistencyAsync]) > 0.01 {
@@ -54,16 +54,16 @@ func TestConsistencyModelsReachTheSameAccuracy(t *testing.T) {
 
 // Under bsp a busy partition never runs a round ahead of another busy one.
 func TestBSPKeepsRoundsTogether(t *testing.T) {
-	c := newSyncClock(2, 0)
-	c.setActive(0, true)
-	c.setActive(1, true)
+	c := NewSyncClock(2, 0)
+	c.SetActive(0, true)
+	c.SetActive(1, true)
 	done := make(chan struct{})
 	go func() {
-		c.advance(0) // round 1: must wait for partition 1
+		c.Advance(0) // round 1: must wait for partition 1
 		close(done)
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for c.status("bsp").Waits == 0 && time.Now().Before(deadline) {
+	for c.Status("bsp").Waits == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	select {
@@ -71,21 +71,21 @@ func TestBSPKeepsRoundsTogether(t *testing.T) {
 		t.Fatal("partition 0 went on while partition 1 had not merged round 1")
 	default:
 	}
-	if c.status("bsp").Waits != 1 {
+	if c.Status("bsp").Waits != 1 {
 		t.Fatal("partition 0 never waited")
 	}
-	c.advance(1)
+	c.Advance(1)
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("partition 0 still waits after partition 1 merged")
 	}
 	// An idle partition holds no one back, and rejoins at the front.
-	c.setActive(1, false)
-	c.advance(0)
-	c.advance(0)
-	c.setActive(1, true)
-	if st := c.status("bsp"); st.MinRound != 3 || st.MaxRound != 3 || st.Waits != 1 {
+	c.SetActive(1, false)
+	c.Advance(0)
+	c.Advance(0)
+	c.SetActive(1, true)
+	if st := c.Status("bsp"); st.MinRound != 3 || st.MaxRound != 3 || st.Waits != 1 {
 		t.Fatalf("status %+v", st)
 	}
 }

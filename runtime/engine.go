@@ -155,16 +155,10 @@ func (e *Engine) sampleLoop() {
 func (e *Engine) sampleAll(now time.Time) {
 	for _, j := range e.Jobs() {
 		j.sample(now)
-		if a, ok := j.kind.(announcer); ok {
-			a.announce(e.hub, j.spec.Name, now)
+		if a, ok := j.kind.instance().(Announcing); ok {
+			a.Announce(Emitter{hub: e.hub, job: j.spec.Name}, now)
 		}
 	}
-}
-
-// announcer is a kind that publishes what changed, at most once per
-// sample (a second): heavy hitters their top k, distinct their count.
-type announcer interface {
-	announce(hub *Hub, job string, now time.Time)
 }
 
 // PutJob validates spec and starts the job. It reports created=false when

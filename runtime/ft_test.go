@@ -87,7 +87,7 @@ func TestPendingEventsAreLoggedPastL(t *testing.T) {
 				t.Fatalf("lost ranges %v", rep.LostRanges)
 			}
 			waitIdle(t, j2)
-			if got := j2.Status(false).Metrics.All.Count; got != int64(5*c.requests)-c.wantLost {
+			if got := sec(j2.Status(false)).Metrics.All.Count; got != int64(5*c.requests)-c.wantLost {
 				t.Fatalf("learned %d events", got)
 			}
 		})
@@ -122,12 +122,12 @@ func TestExactModeLosesNothing(t *testing.T) {
 	// its queue drains.
 	deadline := time.Now().Add(5 * time.Second)
 	st := j2.Status(false)
-	for st.Metrics.All.Count != 60 && time.Now().Before(deadline) {
+	for sec(st).Metrics.All.Count != 60 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 		st = j2.Status(false)
 	}
-	if st.Metrics.All.Count != 60 || st.Partitions[0].LastSeq != 60 {
-		t.Fatalf("learned %d, last seq %d", st.Metrics.All.Count, st.Partitions[0].LastSeq)
+	if sec(st).Metrics.All.Count != 60 || st.Partitions[0].LastSeq != 60 {
+		t.Fatalf("learned %d, last seq %d", sec(st).Metrics.All.Count, st.Partitions[0].LastSeq)
 	}
 }
 
@@ -230,9 +230,9 @@ func damageFile(t *testing.T, path string, fn func([]byte) []byte) {
 func waitCount(t *testing.T, j *Job, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for j.Status(false).Metrics.All.Count != n {
+	for sec(j.Status(false)).Metrics.All.Count != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("learned %d events, want %d", j.Status(false).Metrics.All.Count, n)
+			t.Fatalf("learned %d events, want %d", sec(j.Status(false)).Metrics.All.Count, n)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -473,14 +473,7 @@ func (f *jobFT) write(req backupReq) {
 		}
 	}
 	if f.hub.Wants(f.name, TypeBackup) {
-		m := map[string]any{
-			"type": TypeBackup, "job": f.name, "ts": meta.Created.UnixMilli(), "index": meta.Index, "full": meta.Full,
-			"bytes": len(req.data), "divergence": meta.Divergence, "last_seqs": meta.LastSeqs, "partitions": u.parts,
-		}
-		if p := u.partition(); p >= 0 {
-			m["partition"] = p
-		}
-		msg, _ := json.Marshal(m)
+		msg, _ := encodeBackup(f.name, u, meta, len(req.data))
 		f.hub.Publish(f.name, TypeBackup, msg)
 	}
 }
@@ -610,8 +603,6 @@ type PartitionFT struct {
 
 // unackedCounter is implemented by kinds that report γ's count.
 type unackedCounter interface{ unacked(partition int) int64 }
-
-func (j *logregJob) unacked(i int) int64 { return j.parts[i].unacked.Load() }
 
 func (f *jobFT) status(j *Job) *FTStatus {
 	f.mu.Lock()

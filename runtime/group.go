@@ -8,11 +8,12 @@ import (
 	"time"
 )
 
-// Group scheduling, after Drizzle (../shared/PAPERS.md, Part 2): records
-// move through a partition in batches (one per ingest request), while
-// coordination — merging a partition's updates into the global model for
-// logreg, publishing a partition's summary for the synopses and joins —
-// happens once per group of batches. The group size adapts so that the
+// Group scheduling, after Drizzle (Venkataraman et al., "Drizzle: Fast
+// and Adaptable Stream Processing at Scale", SOSP 2017): records move
+// through a partition in batches (one per ingest request), while
+// coordination (Operator.Coordinate: merging a partition's updates into a
+// global model, publishing a partition's summary for queries) happens
+// once per group of batches. The group size adapts so that the
 // time spent coordinating stays within [low, high] of the group's time.
 
 // SyncSpec is a job's coordination section. Zero fields take defaults.
@@ -28,7 +29,8 @@ type SyncSpec struct {
 	// MaxDelay coordinates at least this often, whatever the group size
 	// (default 100ms): queries and predictions never see older state.
 	MaxDelay string `json:"max_delay,omitempty"`
-	// Consistency of logreg's model averaging: async (default), bsp or ssp.
+	// Consistency of the kind's rounds (Kind.Consistent, e.g. model
+	// averaging): async (default), bsp or ssp.
 	Consistency string `json:"consistency,omitempty"`
 	// Staleness is how many groups an ssp partition may run ahead of the
 	// slowest busy one (default 3).
@@ -51,7 +53,7 @@ type groupConfig struct {
 	maxDelay  time.Duration
 }
 
-func (s *SyncSpec) validate(kind string) (groupConfig, error) {
+func (s *SyncSpec) validate(kind *Kind) (groupConfig, error) {
 	g := groupConfig{auto: true, low: 0.05, high: 0.10, max: 1024, maxDelay: 100 * time.Millisecond}
 	switch v := s.Every.(type) {
 	case nil:
@@ -107,8 +109,9 @@ func (s *SyncSpec) validate(kind string) (groupConfig, error) {
 	default:
 		return g, &SpecError{"sync.consistency", fmt.Sprintf("must be async, bsp or ssp, got %q", s.Consistency)}
 	}
-	if s.Consistency != ConsistencyAsync && kind != "logreg" {
-		return g, &SpecError{"sync.consistency", fmt.Sprintf("%s applies to model averaging (kind logreg), not to kind %s", s.Consistency, kind)}
+	if s.Consistency != ConsistencyAsync && !kind.Consistent {
+		return g, &SpecError{"sync.consistency", fmt.Sprintf("%s applies to consistency rounds (kinds %s), not to kind %s", s.Consistency,
+			kindsWhere(func(k *Kind) bool { return k.Consistent }), kind.Name)}
 	}
 	if s.Staleness < 0 {
 		return g, &SpecError{"sync.staleness", fmt.Sprintf("must not be negative, got %d", s.Staleness)}

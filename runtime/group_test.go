@@ -116,8 +116,8 @@ func TestSyncAndShedSpecErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitIdle(t, j)
-	if st := j.Status(false); st.Group == nil || st.Group.Mode != "fixed" || st.Group.Size != 3 || st.Consistency == nil || st.Consistency.Model != "ssp" {
-		t.Fatalf("status group %+v consistency %+v", st.Group, st.Consistency)
+	if st := j.Status(false); st.Group == nil || st.Group.Mode != "fixed" || st.Group.Size != 3 || sec(st).Consistency == nil || sec(st).Consistency.Model != "ssp" {
+		t.Fatalf("status group %+v consistency %+v", st.Group, sec(st).Consistency)
 	}
 	_ = context.Background
 }

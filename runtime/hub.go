@@ -1,26 +1,9 @@
 package runtime
 
 import (
-	"encoding/json"
 	"sync"
 	"sync/atomic"
-	"time"
 )
-
-// Output message types a subscriber can ask for.
-const (
-	TypePrediction = "prediction"
-	TypeStats      = "stats"
-	TypeBackup     = "backup"   // a state backup was written
-	TypeRecovery   = "recovery" // a job restarted from its backups
-	TypeTopK       = "topk"     // a heavy_hitters job's top k changed
-	TypeDistinct   = "distinct" // a distinct job's count changed
-	TypeMatch      = "match"    // a join found a pair
-	TypeJoin       = "join"     // a join's statistics and estimates, once a second
-)
-
-// OutputTypes lists the message types of the WebSocket feed.
-var OutputTypes = []string{TypePrediction, TypeStats, TypeBackup, TypeRecovery, TypeTopK, TypeDistinct, TypeMatch, TypeJoin}
 
 // Hub fans outputs of partitions out to subscribers. Publishing never
 // blocks: each subscriber has a bounded backlog, and a message that does
@@ -144,12 +127,4 @@ func set(xs []string) map[string]bool {
 		m[x] = true
 	}
 	return m
-}
-
-// publishJSON publishes v as a message of type typ, under a field named
-// after the type: {"type": typ, "job": job, "ts": ms, typ: v}.
-func publishJSON(hub *Hub, job, typ string, now time.Time, v any) {
-	if msg, err := json.Marshal(map[string]any{"type": typ, "job": job, "ts": now.UnixMilli(), typ: v}); err == nil {
-		hub.Publish(job, typ, msg)
-	}
 }

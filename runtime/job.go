@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"sync"
@@ -10,42 +9,7 @@ import (
 
 	"github.com/mlstream/mlstream/ft"
 	"github.com/mlstream/mlstream/learners"
-	"github.com/valyala/fastjson"
 )
-
-// kindJob is what a job kind implements: reading its fields from events
-// and making one operator per partition. Operators are driven only by
-// their partition goroutine.
-type kindJob interface {
-	// extract fills rec from one event. a is scratch memory for the
-	// record's slices and strings, shared by the records of one request.
-	extract(v *fastjson.Value, rec *Record, a *arena, now int64) error
-	newPartition(index int, out emitter) partitionOp
-	// status adds the kind's view (model, metrics) to a job status.
-	status(st *JobStatus, detail bool)
-}
-
-// partitionOp is one partition's operator, called only from its
-// partition's goroutine.
-type partitionOp interface {
-	// process handles one batch, in order; logged says whether the batch
-	// is in the item log (fault tolerance counts what is at risk).
-	process(recs []Record, logged bool)
-	// coordinate is called at the end of each group of batches (group.go):
-	// logreg merges into the global model, the synopses and joins publish
-	// their state for queries.
-	coordinate()
-	// idle is called whenever the queue runs empty, and once at shutdown
-	// after the last batch (final): the moment to flush or merge. An op
-	// that puts work off returns how soon it wants to be called again.
-	idle(final bool) (again time.Duration)
-}
-
-// emitter is how an operator reaches the hub.
-type emitter struct {
-	hub *Hub
-	job string
-}
 
 // Job is a running job: its spec, its kind's state and its partitions.
 // Safe for concurrent use.
@@ -134,35 +98,32 @@ type partition struct {
 }
 
 func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
-	p := newParams(spec.Params)
-	k, err := kinds[spec.Kind](spec, p)
+	k, err := newKindJob(spec)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.Done(); err != nil {
-		return nil, err
-	}
-	gcfg, err := spec.Sync.validate(spec.Kind)
+	gcfg, err := spec.Sync.validate(k.def())
 	if err != nil {
 		return nil, err
 	}
 	j := &Job{spec: spec, kind: k, created: time.Now()}
 	if spec.Shed != nil {
 		j.shedDelay, _ = spec.Shed.delay() // checked by spec.validate
-		if hj, ok := k.(*hhJob); ok {
-			hj.shed = &j.shed // its bounds widen by what is shed
+		if sa, ok := k.instance().(ShedAware); ok {
+			sa.SetShed(&j.shed) // its bounds widen by what is shed
 		}
 	}
 	for i := 0; i < spec.Partitions; i++ {
 		part := &partition{job: j, index: i, q: newQueue(spec.QueueSize), group: newGroupSizer(gcfg, j.created)}
-		part.op = k.newPartition(i, emitter{hub: hub, job: spec.Name})
+		part.op = opAdapter{k.instance().NewPartition(i, Emitter{hub: hub, job: spec.Name})}
 		j.parts = append(j.parts, part)
 	}
 	if cfg.Storage != nil && spec.FT.Mode != ft.ModeNone {
-		fk, ok := k.(ftKind)
+		ftk, ok := k.instance().(FaultTolerant)
 		if !ok {
 			return nil, &SpecError{"ft.mode", fmt.Sprintf("kind %s has no fault tolerance yet; set mode none", spec.Kind)}
 		}
+		fk := newFTAdapter(ftk)
 		f, err := newJobFT(spec, cfg.Storage, fk, hub, cfg.Logger)
 		if err != nil {
 			return nil, err
@@ -197,7 +158,7 @@ func (j *Job) start(hub *Hub) error {
 			j.ft.log.Info("job recovered", "job", j.spec.Name, "clean", rep.Clean, "failures", rep.Failures,
 				"backups", rep.Backups, "replayed", rep.Replayed, "lost", rep.Lost, "bound_events", rep.Bound.Events,
 				"within_bound", rep.Within, "duration_ms", rep.DurationMs)
-			if msg, err := json.Marshal(map[string]any{"type": TypeRecovery, "job": j.spec.Name, "recovery": rep}); err == nil {
+			if msg, err := EncodeRecovery(j.spec.Name, rep); err == nil {
 				hub.Publish(j.spec.Name, TypeRecovery, msg)
 			}
 		}
@@ -385,16 +346,12 @@ type JobStatus struct {
 	HeldBackTotal uint64  `json:"held_back_total"`
 	HeldBackMs    float64 `json:"held_back_ms"`
 
-	// heavy_hitters: the current window's top k; distinct: its count.
-	TopK     *TopK          `json:"topk,omitempty"`
-	Distinct *DistinctCount `json:"distinct,omitempty"`
-	// join: matches, state and the current window's estimates.
-	Join *JoinStatus `json:"join,omitempty"`
-
-	// logreg
-	Consistency *ConsistencyStatus `json:"consistency,omitempty"`
-	Model       *learners.Snapshot `json:"model,omitempty"`
-	Metrics     *learners.Metrics  `json:"metrics,omitempty"`
+	// Section is the kind's own view (Instance.Status): its fields are
+	// encoded at the top level of the status, beside the engine's, so a
+	// kind adds fields such as "model" or "topk" without a field here.
+	// Decoded, it holds the fields the engine does not know, as a
+	// map[string]json.RawMessage.
+	Section any `json:"-"`
 }
 
 // PartitionStatus is one partition's share of a JobStatus.
@@ -429,7 +386,7 @@ func (j *Job) Status(detail bool) JobStatus {
 	}
 	st.Group, st.Shed = jobGroupStatus(j.parts), j.shedStatus()
 	st.Rates, st.Latency = j.samples.recent()
-	j.kind.status(&st, detail)
+	st.Section = j.kind.instance().Status(detail)
 	if j.ft != nil {
 		st.FT = j.ft.status(j)
 	}

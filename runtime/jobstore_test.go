@@ -59,7 +59,7 @@ func topTotal(t *testing.T, e *Engine) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return j.Status(false).TopK.Total
+	return sec(j.Status(false)).TopK.Total
 }
 
 // A crash between the removal of a deleted job's record and of its data

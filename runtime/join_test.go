@@ -112,8 +112,8 @@ func TestJoinJobMatchesNestedLoop(t *testing.T) {
 			t.Fatalf("%d match messages, want %d", got, truth)
 		}
 	}
-	if st := j.Status(false); st.Join == nil || st.Join.Matches != uint64(truth) || len(st.Streams) != 2 {
-		t.Fatalf("job status %+v", st.Join)
+	if st := j.Status(false); sec(st).Join == nil || sec(st).Join.Matches != uint64(truth) || len(st.Streams) != 2 {
+		t.Fatalf("job status %+v", sec(st).Join)
 	}
 }
 

@@ -6,9 +6,9 @@ import (
 
 const hexDigits = "0123456789abcdef"
 
-// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
+// AppendJSONString appends s as a JSON string. Invalid UTF-8 becomes
 // U+FFFD, so a WebSocket text frame built from it is always valid.
-func appendJSONString(b []byte, s string) []byte {
+func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {

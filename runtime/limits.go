@@ -13,8 +13,8 @@ import (
 // a single infinite feature value turns every weight it touches into NaN,
 // so a number is checked where it enters, not where it does harm.
 type Limits struct {
-	// MaxValue bounds the magnitude of a feature value and of a join's
-	// value (default 1e12). Any finite value under it keeps a model's
+	// MaxValue bounds the magnitude of a feature value and of any other
+	// number a kind reads (ExtractNumber; default 1e12). Any finite value under it keeps a model's
 	// state finite: products and squares stay far below the float64
 	// range.
 	MaxValue float64

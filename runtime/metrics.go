@@ -8,17 +8,15 @@ import (
 
 // metrics are the engine's Prometheus series. Counters that ingest bumps
 // are plain counter vectors; everything that is a view of a job (queue
-// depth, latency, model metrics) is read at scrape time by collect, so the
-// hot path pays nothing for it.
+// depth, latency, a kind's own series through Collecting) is read at
+// scrape time by collect, so the hot path pays nothing for it.
 type metrics struct {
 	e           *Engine
 	acceptedVec *prometheus.CounterVec
 	refusedVec  *prometheus.CounterVec
 
-	processed, depth, capacity, shed, version, skipped, quality, latency, wsDropped, wsClients *prometheus.Desc
-	groupSize, groupOverhead, heldBack                                                         *prometheus.Desc
-
-	joinMatches, joinTuples, joinState, joinMaxState *prometheus.Desc
+	processed, depth, capacity, shed, latency, wsDropped, wsClients *prometheus.Desc
+	groupSize, groupOverhead, heldBack                              *prometheus.Desc
 
 	ftDivergence, ftThreshold, ftPending, ftUnacked, ftItemLog, ftBackups, ftBackupBytes, ftFailures, ftWorst, ftPromise, ftLost *prometheus.Desc
 }
@@ -40,13 +38,6 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 		depth:         prometheus.NewDesc("mlstream_queue_depth", "Events queued and not yet processed, per partition.", []string{"job", "partition"}, nil),
 		capacity:      prometheus.NewDesc("mlstream_queue_capacity", "Capacity of each partition queue, in events.", []string{"job", "partition"}, nil),
 		latency:       prometheus.NewDesc("mlstream_processing_latency_seconds", "Time from queueing to processed, per event.", []string{"job"}, nil),
-		version:       prometheus.NewDesc("mlstream_model_version", "Version of the global model (merges applied).", []string{"job"}, nil),
-		skipped:       prometheus.NewDesc("mlstream_model_skipped_updates_total", "Updates the model refused because they would have made a weight or an optimizer accumulator infinite or NaN.", []string{"job"}, nil),
-		quality:       prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss or auc; window is all or recent.", []string{"job", "metric", "window"}, nil),
-		joinMatches:   prometheus.NewDesc("mlstream_join_matches_total", "Pairs a join found (with sampling, pairs of sampled tuples).", []string{"job"}, nil),
-		joinTuples:    prometheus.NewDesc("mlstream_join_tuples_total", "Tuples of a join by outcome: late (dropped, behind the watermark), expired (left the state past the interval), evicted (left it early for max_state).", []string{"job", "outcome"}, nil),
-		joinState:     prometheus.NewDesc("mlstream_join_state_bytes", "Accounted bytes of a join's buffered tuples and key index.", []string{"job"}, nil),
-		joinMaxState:  prometheus.NewDesc("mlstream_join_max_state_bytes", "A join's max_state.", []string{"job"}, nil),
 		wsClients:     prometheus.NewDesc("mlstream_ws_clients", "Connected WebSocket subscribers.", nil, nil),
 		wsDropped:     prometheus.NewDesc("mlstream_ws_dropped_total", "Messages dropped because a subscriber's backlog was full.", nil, nil),
 
@@ -113,8 +104,13 @@ func (e *Engine) Refused(stream, reason string, n int) { e.metrics.refused(strea
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.version, m.skipped, m.quality, m.wsClients, m.wsDropped,
-		m.joinMatches, m.joinTuples, m.joinState, m.joinMaxState, m.groupSize, m.groupOverhead, m.heldBack,
+	for _, k := range registered() {
+		if k.Describe != nil {
+			k.Describe(ch)
+		}
+	}
+	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.wsClients, m.wsDropped,
+		m.groupSize, m.groupOverhead, m.heldBack,
 		m.ftDivergence, m.ftThreshold, m.ftPending, m.ftUnacked, m.ftItemLog, m.ftBackups, m.ftBackupBytes, m.ftFailures, m.ftWorst, m.ftPromise, m.ftLost} {
 		ch <- d
 	}
@@ -148,31 +144,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		if j.ft != nil {
 			m.collectFT(ch, name, j.ft.status(j))
 		}
-		st := JobStatus{}
-		j.kind.status(&st, false)
-		if st.Model != nil {
-			ch <- prometheus.MustNewConstMetric(m.version, prometheus.GaugeValue, float64(st.Model.Version), name)
-			ch <- prometheus.MustNewConstMetric(m.skipped, prometheus.CounterValue, float64(st.Model.Skipped), name)
-		}
-		if js := st.Join; js != nil {
-			ch <- prometheus.MustNewConstMetric(m.joinMatches, prometheus.CounterValue, float64(js.Matches), name)
-			for outcome, n := range map[string]uint64{"late": js.Late, "expired": js.Expired, "evicted": js.Evicted} {
-				ch <- prometheus.MustNewConstMetric(m.joinTuples, prometheus.CounterValue, float64(n), name, outcome)
-			}
-			ch <- prometheus.MustNewConstMetric(m.joinState, prometheus.GaugeValue, float64(js.StateBytes), name)
-			ch <- prometheus.MustNewConstMetric(m.joinMaxState, prometheus.GaugeValue, float64(js.MaxStateBytes), name)
-		}
-		if st.Metrics != nil {
-			for _, w := range []struct {
-				name string
-				v    float64
-				win  string
-			}{
-				{"accuracy", st.Metrics.All.Accuracy, "all"}, {"log_loss", st.Metrics.All.LogLoss, "all"}, {"auc", st.Metrics.All.AUC, "all"},
-				{"accuracy", st.Metrics.Recent.Accuracy, "recent"}, {"log_loss", st.Metrics.Recent.LogLoss, "recent"}, {"auc", st.Metrics.Recent.AUC, "recent"},
-			} {
-				ch <- prometheus.MustNewConstMetric(m.quality, prometheus.GaugeValue, w.v, name, w.name, w.win)
-			}
+		if c, ok := j.kind.instance().(Collecting); ok {
+			c.Collect(name, ch)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(m.wsClients, prometheus.GaugeValue, float64(m.e.hub.Subscribers()))

@@ -14,7 +14,13 @@ import (
 
 // Record is one event as a job sees it after extraction: only the fields
 // the job reads, already typed and hashed. Records travel through the
-// partition queues in batches.
+// partition queues in batches, and the item log stores them (appendRecord).
+//
+// It is the engine's one generic event: a set of typed slots that any kind
+// may use for its own meaning, rather than a type per kind, so that the
+// queues, the item log and its format stay the same whatever the kinds.
+// A new kind maps its fields onto these slots (Key partitions; the others
+// are the kind's to read).
 type Record struct {
 	// Seq is the per-partition sequence number, assigned when queued.
 	Seq uint64
@@ -25,11 +31,13 @@ type Record struct {
 	// Label is -1 when the event has no label, else 0 or 1.
 	Label    int8
 	Features []learners.Feature
-	// Values are the values of the field a synopsis counts.
+	// Values are strings the kind reads from the event (e.g. the values
+	// a sketch counts).
 	Values []string
-	// Side is a join's side (0 left, 1 right), set before extraction. Value
-	// is the number a join sums or, for a heavy-hitter event that load
-	// shedding kept, its weight 1/p (0 means 1).
+	// Side is the stream an event came from for a kind of two streams
+	// (Kind.TwoStreams: 0 left, 1 right), set before extraction. Value is
+	// a number of the kind's (e.g. what a join sums) or, for an event that
+	// load shedding kept with Reweight, its weight 1/p (0 means 1).
 	Side  uint8
 	Value float64
 }
@@ -59,14 +67,24 @@ func badField(field, format string, a ...any) error {
 	return &fieldErr{field, fmt.Sprintf(format, a...)}
 }
 
-// Fields names the event fields a job reads; the conventions of DESIGN.md
-// are the defaults, and each can be renamed per job (params key_field,
-// ts_field, label_field, features_field).
+// BadField is an extraction error naming the event field; the request's
+// answer adds the line.
+func BadField(field, format string, a ...any) error { return badField(field, format, a...) }
+
+// AtLine places an extraction error at the line of a request, as an
+// *InputError.
+func AtLine(err error, line int) error { return inputError(err, line) }
+
+// Fields names the event fields a job reads. The defaults are the
+// conventional names (key, ts, label, features), and each can be renamed
+// per job (params key_field, ts_field, label_field, features_field).
 type Fields struct {
 	Key, TS, Label, Features string
 }
 
-func readFields(p *Params) (Fields, error) {
+// ReadFields reads the params key_field, ts_field, label_field and
+// features_field.
+func ReadFields(p *Params) (Fields, error) {
 	var f Fields
 	var err error
 	for _, x := range []struct {
@@ -83,25 +101,72 @@ func readFields(p *Params) (Fields, error) {
 	return f, nil
 }
 
-// arena is scratch memory for the records of one request, so that
+// Arena is scratch memory for the records of one request, so that
 // extracting an event allocates nothing of its own. Bytes once handed out
 // are never written again (appends only grow past them, and a reallocation
 // leaves the old array to the strings that use it), so the strings stay
 // valid for as long as a record holds them.
-type arena struct {
+type Arena struct {
 	feats []learners.Feature
 	vals  []string
 	bytes []byte
 }
 
-// str copies b into the arena and returns it as a string.
-func (a *arena) str(b []byte) string {
+// arena is the name the engine's files use.
+type arena = Arena
+
+// Str copies b into the arena and returns it as a string.
+func (a *Arena) Str(b []byte) string { return a.str(b) }
+
+// AddValue appends one string to the values being built; Values returns
+// those added since mark (ValueMark).
+func (a *Arena) AddValue(s string) { a.vals = append(a.vals, s) }
+
+// ValueMark is where the next record's values start.
+func (a *Arena) ValueMark() int { return len(a.vals) }
+
+// Values are the values added since mark, for Record.Values.
+func (a *Arena) Values(mark int) []string { return a.vals[mark:len(a.vals):len(a.vals)] }
+
+// Features reads the features field (see appendFeatures) into the arena,
+// for Record.Features.
+func (a *Arena) Features(v *fastjson.Value, field string) ([]learners.Feature, error) {
+	start := len(a.feats)
+	var err error
+	a.feats, err = appendFeatures(a.feats, v, field)
+	return a.feats[start:len(a.feats):len(a.feats)], err
+}
+
+// ResetFeatures forgets the features read, for a reader that does not keep
+// its records (predictions).
+func (a *Arena) ResetFeatures() { a.feats = a.feats[:0] }
+
+func (a *Arena) str(b []byte) string {
 	if len(b) == 0 {
 		return ""
 	}
 	start := len(a.bytes)
 	a.bytes = append(a.bytes, b...)
 	return b2s(a.bytes[start:len(a.bytes):len(a.bytes)])
+}
+
+// ExtractKey reads the partitioning key: see extractKey.
+func ExtractKey(v *fastjson.Value, field string, a *Arena) (string, error) {
+	return extractKey(v, field, a)
+}
+
+// ExtractTS reads an event time: see extractTS.
+func ExtractTS(v *fastjson.Value, field string, now int64) (int64, error) {
+	return extractTS(v, field, now)
+}
+
+// ExtractLabel reads a binary label: see extractLabel.
+func ExtractLabel(v *fastjson.Value, field string) (int8, error) { return extractLabel(v, field) }
+
+// ExtractNumber reads a number within ±Limits.MaxValue (the limit on
+// every value an event carries).
+func ExtractNumber(x *fastjson.Value, field string) (float64, error) {
+	return boundedNumber(x, field, limits.Load().MaxValue)
 }
 
 // extractKey reads the partitioning key: a string, or a number used as its
@@ -232,7 +297,7 @@ func appendFeatures(dst []learners.Feature, v *fastjson.Value, field string) ([]
 }
 
 // recordVersion is the first byte of an encoded record, so the item log
-// format can grow with new kinds. Version 3 added a join's side and value;
+// format can grow. Version 3 added Side and Value;
 // version 2 records still decode.
 const recordVersion = 3
 

@@ -154,8 +154,8 @@ func TestCloseDrainsQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := j.Status(false)
-	if st.Processed != uint64(total) || st.Metrics.All.Count != int64(total) || st.QueueDepth != 0 {
-		t.Fatalf("processed %d, learned %d, depth %d; accepted %d", st.Processed, st.Metrics.All.Count, st.QueueDepth, total)
+	if st.Processed != uint64(total) || sec(st).Metrics.All.Count != int64(total) || st.QueueDepth != 0 {
+		t.Fatalf("processed %d, learned %d, depth %d; accepted %d", st.Processed, sec(st).Metrics.All.Count, st.QueueDepth, total)
 	}
 	// Keys route to a fixed partition; sequence numbers are per partition.
 	var sum uint64
@@ -178,7 +178,7 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 		cases = append(cases, string(b))
 	}
 	for _, s := range cases {
-		got := appendJSONString(nil, s)
+		got := AppendJSONString(nil, s)
 		var back string
 		if err := json.Unmarshal(got, &back); err != nil {
 			t.Fatalf("%q -> %s: %v", s, got, err)

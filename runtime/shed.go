@@ -10,11 +10,12 @@ import (
 
 // Load shedding, opt-in per job (spec field shed): when an event would wait
 // in its partition's queue longer than max_delay, part of the load is
-// dropped at ingest, before it costs anything. logreg drops training
-// (labelled) events only, so predictions are always answered; heavy
-// hitters keep each event with probability p and count it with weight
-// 1/p (randomized rounding), so counts stay unbiased, and their bounds
-// widen by what was dropped and by the extra weight. Every shed event is
+// dropped at ingest, before it costs anything. The kind's ShedPolicy says
+// what may go: a learner drops training (labelled) events only, so
+// predictions are always answered; a counting sketch keeps each event with
+// probability p and counts it with weight 1/p (Reweight; randomized
+// rounding), so counts stay unbiased, and its bounds widen by what was
+// dropped and by the extra weight (ShedAware). Every shed event is
 // counted: in the ingest response, the job's status and metrics.
 
 // ShedSpec turns on load shedding for a job.
@@ -24,18 +25,13 @@ type ShedSpec struct {
 	MaxDelay string `json:"max_delay"`
 }
 
-// shedKinds are the kinds that can shed, and what they drop.
-var shedKinds = map[string]string{
-	"logreg":        "training events (labelled); predictions are always kept",
-	"heavy_hitters": "events, keeping each with probability p and counting it 1/p times",
-}
-
-func (s *ShedSpec) validate(kind string) error {
+func (s *ShedSpec) validate(kind *Kind) error {
 	if s == nil {
 		return nil
 	}
-	if _, ok := shedKinds[kind]; !ok {
-		return &SpecError{"shed", fmt.Sprintf("kind %s cannot shed load without biasing its results (only logreg and heavy_hitters can; a join has params.sample)", kind)}
+	if kind.Shed == nil {
+		return &SpecError{"shed", fmt.Sprintf("kind %s cannot shed load without biasing its results (only kinds %s can)", kind.Name,
+			kindsWhere(func(k *Kind) bool { return k.Shed != nil }))}
 	}
 	if _, err := s.delay(); err != nil {
 		return err
@@ -55,7 +51,7 @@ const (
 	// shedHeadroom is the share of max_delay a queue is filled to: the
 	// drain rate is an estimate, and the batch being processed waits too.
 	shedHeadroom = 0.3
-	// minKeep is the smallest share of events kept: a heavy hitter's
+	// minKeep is the smallest share of events kept: a reweighted event's
 	// weight never exceeds 1/minKeep.
 	minKeep = 0.01
 )
@@ -89,7 +85,7 @@ func (p *partition) keepShare(n, sheddable int) float64 {
 // job).
 type shedStats struct {
 	shed uint64 // events dropped
-	// extra is the weight added to kept heavy-hitter events beyond 1 each
+	// extra is the weight added to kept reweighted events beyond 1 each
 	// (Σ (w−1)): counts can be that much high, as dropped events can make
 	// them that much low.
 	extra uint64
@@ -108,45 +104,30 @@ func (c *shedCounters) add(s shedStats) {
 	c.extra.Add(s.extra)
 }
 
-// widen makes a top k's bounds hold despite shedding: a count may be
-// high by the extra weight and low by the events dropped. (An event kept
-// with weight w at admission and shed late still stands for one event: the
-// other w−1 were shed at admission and are counted there.)
-func (c *shedCounters) widen(t *TopK) {
-	shed, extra := c.shed.Load(), c.extra.Load()
-	if shed == 0 && extra == 0 {
-		return
-	}
-	for i := range t.Items {
-		it := &t.Items[i]
-		it.Lower -= min(it.Lower, extra)
-		it.Upper += shed
-	}
-	t.MaxUntracked += shed
-	t.Shed, t.ExtraWeight = shed, extra
-}
+// Totals are the events shed and the weight added to kept events.
+func (c *shedCounters) Totals() (shed, extra uint64) { return c.shed.Load(), c.extra.Load() }
 
 // shed drops part of the records queued for one partition of a job with
 // shedding on, and returns those kept.
 func (jb *jobBatch) shed(i int) []Record {
 	recs := jb.parts[i]
-	hh := jb.job.spec.Kind == "heavy_hitters"
-	p := jb.job.parts[i].keepShare(len(recs), sheddable(recs, hh))
+	pol := jb.job.kind.def().Shed
+	p := jb.job.parts[i].keepShare(len(recs), sheddable(recs, pol))
 	if p >= 1 {
 		return recs
 	}
-	jb.parts[i] = keep(recs[:0], recs, p, hh, &jb.shedStats)
+	jb.parts[i] = keep(recs[:0], recs, p, pol, &jb.shedStats)
 	return jb.parts[i]
 }
 
 // sheddable counts the events of recs that shedding may drop.
-func sheddable(recs []Record, hh bool) int {
-	if hh {
+func sheddable(recs []Record, pol *ShedPolicy) int {
+	if pol.Sheddable == nil {
 		return len(recs)
 	}
 	n := 0
 	for k := range recs {
-		if recs[k].Label >= 0 {
+		if pol.Sheddable(&recs[k]) {
 			n++
 		}
 	}
@@ -156,9 +137,9 @@ func sheddable(recs []Record, hh bool) int {
 // keep appends to dst the records of recs that shedding keeps when it
 // keeps sheddable events with probability p, counting what it drops and
 // the weight it adds in st. dst may be recs[:0].
-func keep(dst, recs []Record, p float64, hh bool, st *shedStats) []Record {
+func keep(dst, recs []Record, p float64, pol *ShedPolicy, st *shedStats) []Record {
 	for _, r := range recs {
-		if !hh && r.Label < 0 {
+		if !pol.sheddable(&r) {
 			dst = append(dst, r)
 			continue
 		}
@@ -166,7 +147,7 @@ func keep(dst, recs []Record, p float64, hh bool, st *shedStats) []Record {
 			st.shed++
 			continue
 		}
-		if hh {
+		if pol.Reweight {
 			// Randomized rounding of w/p (w the weight admission gave it,
 			// 0 meaning 1): unbiased, integer.
 			w0 := max(r.Value, 1)
@@ -212,7 +193,7 @@ func (p *partition) shedStale(b *batch, now time.Time) []Record {
 		return b.recs
 	}
 	var st shedStats
-	p.kept = keep(p.kept[:0], b.recs, share, j.spec.Kind == "heavy_hitters", &st)
+	p.kept = keep(p.kept[:0], b.recs, share, j.kind.def().Shed, &st)
 	j.shed.add(st)
 	j.shed.late.Add(st.shed)
 	return p.kept
@@ -226,7 +207,7 @@ type ShedStatus struct {
 	// offered to the job.
 	Shed     uint64  `json:"shed"`
 	Fraction float64 `json:"fraction"`
-	// ExtraWeight (heavy hitters) is the weight added to kept events: every
+	// ExtraWeight (kinds that reweight) is the weight added to kept events: every
 	// count may be that much high, and Shed that much low; the bounds of
 	// top-k include both.
 	ExtraWeight uint64 `json:"extra_weight,omitempty"`
@@ -240,7 +221,7 @@ func (j *Job) shedStatus() *ShedStatus {
 	if j.spec.Shed == nil {
 		return nil
 	}
-	st := &ShedStatus{MaxDelay: j.spec.Shed.MaxDelay, Drops: shedKinds[j.spec.Kind], Shed: j.shed.shed.Load(), ExtraWeight: j.shed.extra.Load(), Late: j.shed.late.Load()}
+	st := &ShedStatus{MaxDelay: j.spec.Shed.MaxDelay, Drops: j.kind.def().Shed.Drops, Shed: j.shed.shed.Load(), ExtraWeight: j.shed.extra.Load(), Late: j.shed.late.Load()}
 	if offered := j.accepted.Load() + st.Shed - st.Late; offered > 0 {
 		st.Fraction = float64(st.Shed) / float64(offered)
 	}

@@ -22,8 +22,8 @@ type Spec struct {
 	Name  string `json:"name"`
 	Kind  string `json:"kind"`
 	Input string `json:"input,omitempty"`
-	// Left and Right are the two streams of a join (kind join reads these
-	// instead of Input).
+	// Left and Right are the two streams of a kind that reads two (such as
+	// a join), instead of Input.
 	Left  string `json:"left,omitempty"`
 	Right string `json:"right,omitempty"`
 	// Partitions is the number of partition goroutines; 0 means the
@@ -36,10 +36,10 @@ type Spec struct {
 	Params map[string]any `json:"params,omitempty"`
 	// FT is the job's fault tolerance.
 	FT FTSpec `json:"ft"`
-	// Sync is the job's coordination: group scheduling and, for logreg,
-	// the consistency of model averaging.
+	// Sync is the job's coordination: group scheduling and, for kinds
+	// with consistency rounds, their consistency.
 	Sync SyncSpec `json:"sync"`
-	// Shed turns load shedding on (logreg and heavy_hitters).
+	// Shed turns load shedding on (kinds with a ShedPolicy).
 	Shed *ShedSpec `json:"shed,omitempty"`
 }
 
@@ -48,17 +48,17 @@ type Spec struct {
 type FTSpec struct {
 	// Mode is none, approx (default) or exact.
 	Mode string `json:"mode,omitempty"`
-	// MaxDivergence is Θ, in the kind's unit of state divergence (logreg:
-	// Euclidean distance of the weights; default 10, AF-Stream's setting
-	// for its logistic regression).
+	// MaxDivergence is Θ, in the kind's unit of state divergence (default
+	// the kind's, Kind.Divergence).
 	MaxDivergence float64 `json:"max_divergence,omitempty"`
 	// MaxPending is L, events at risk in queues and in state since its
 	// last backup (default 10,000: ingest takes events in requests of
 	// thousands, and a request larger than a partition's share l is
 	// always logged).
 	MaxPending int `json:"max_pending,omitempty"`
-	// MaxUnacked is Γ, events sent downstream and not acknowledged (logreg:
-	// learned by a partition and not yet merged; default 10,000).
+	// MaxUnacked is Γ, events sent downstream and not acknowledged (e.g.
+	// learned by a partition and not yet merged into a global model;
+	// default 10,000).
 	MaxUnacked int `json:"max_unacked,omitempty"`
 	// CompactEvery is how many delta backups may follow a full one before
 	// the next backup is full again (default 16).
@@ -68,20 +68,12 @@ type FTSpec struct {
 	Window int64 `json:"window,omitempty"`
 }
 
-// defaultDivergence is Θ's default per kind, in the kind's unit.
-var defaultDivergence = map[string]float64{
-	"logreg":        10,   // Euclidean distance of the weights
-	"heavy_hitters": 1000, // largest counter difference
-	"distinct":      64,   // HyperLogLog registers changed
-	"join":          1e5,  // tuples buffered or removed (AF-Stream's Θ for its join)
-}
-
-func (f *FTSpec) validate(kind string) error {
+func (f *FTSpec) validate(kind *Kind) error {
 	if f.Mode == "" {
 		f.Mode = ft.ModeApprox
 	}
 	if f.MaxDivergence == 0 {
-		f.MaxDivergence = defaultDivergence[kind]
+		f.MaxDivergence = kind.Divergence
 	}
 	if f.MaxPending == 0 {
 		f.MaxPending = 10_000
@@ -127,25 +119,6 @@ type SpecError struct {
 
 func (e *SpecError) Error() string { return e.Field + ": " + e.Msg }
 
-// kinds maps a kind name to the constructor of its jobs. Each kind reads
-// and checks its own params.
-var kinds = map[string]func(spec Spec, p *Params) (kindJob, error){
-	"logreg":        newLogregJob,
-	"heavy_hitters": newHHJob,
-	"distinct":      newDistinctJob,
-	"join":          newJoinJob,
-}
-
-// Kinds lists the job kinds this build knows, sorted.
-func Kinds() []string {
-	out := make([]string, 0, len(kinds))
-	for k := range kinds {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // validate checks the fields common to all kinds and fills defaults.
 func (s *Spec) validate(defPartitions, defQueue int) error {
 	if err := CheckName(s.Name); err != nil {
@@ -154,10 +127,11 @@ func (s *Spec) validate(defPartitions, defQueue int) error {
 	if s.Kind == "" {
 		return &SpecError{"kind", "required; one of " + strings.Join(Kinds(), ", ")}
 	}
-	if _, ok := kinds[s.Kind]; !ok {
+	kind, ok := lookupKind(s.Kind)
+	if !ok {
 		return &SpecError{"kind", fmt.Sprintf("unknown kind %q; one of %s", s.Kind, strings.Join(Kinds(), ", "))}
 	}
-	if err := s.validateStreams(); err != nil {
+	if err := s.validateStreams(kind); err != nil {
 		return err
 	}
 	if s.Partitions < 0 || s.Partitions > MaxPartitions {
@@ -172,29 +146,30 @@ func (s *Spec) validate(defPartitions, defQueue int) error {
 	if s.QueueSize == 0 {
 		s.QueueSize = defQueue
 	}
-	if _, err := s.Sync.validate(s.Kind); err != nil {
+	if _, err := s.Sync.validate(kind); err != nil {
 		return err
 	}
 	if s.Sync.Staleness > maxStaleness {
 		return &SpecError{"sync.staleness", fmt.Sprintf("must be in [1, %d] groups, got %d", maxStaleness, s.Sync.Staleness)}
 	}
-	if err := s.Shed.validate(s.Kind); err != nil {
+	if err := s.Shed.validate(kind); err != nil {
 		return err
 	}
-	return s.FT.validate(s.Kind)
+	return s.FT.validate(kind)
 }
 
 // validateStreams checks the streams a job reads: input, or left and right
-// for a join.
-func (s *Spec) validateStreams() error {
+// for a kind of two streams.
+func (s *Spec) validateStreams(kind *Kind) error {
 	type field struct{ name, value, what string }
 	var need, refuse []field
-	if s.Kind == "join" {
-		need = []field{{"left", s.Left, "the left stream of the join"}, {"right", s.Right, "the right stream of the join"}}
-		refuse = []field{{"input", s.Input, "a join reads left and right"}}
+	if kind.TwoStreams {
+		need = []field{{"left", s.Left, "the left stream of the " + s.Kind}, {"right", s.Right, "the right stream of the " + s.Kind}}
+		refuse = []field{{"input", s.Input, "kind " + s.Kind + " reads left and right"}}
 	} else {
+		two := "only kinds " + kindsWhere(func(k *Kind) bool { return k.TwoStreams }) + " read two streams"
 		need = []field{{"input", s.Input, "the name of the stream the job reads"}}
-		refuse = []field{{"left", s.Left, "only kind join reads two streams"}, {"right", s.Right, "only kind join reads two streams"}}
+		refuse = []field{{"left", s.Left, two}, {"right", s.Right, two}}
 	}
 	for _, f := range refuse {
 		if f.value != "" {
@@ -209,13 +184,13 @@ func (s *Spec) validateStreams() error {
 			return &SpecError{f.name, "stream name: " + err.Error()}
 		}
 	}
-	if s.Kind == "join" && s.Left == s.Right {
+	if kind.TwoStreams && s.Left == s.Right {
 		return &SpecError{"right", fmt.Sprintf("must differ from left (%q): a self-join is not supported", s.Left)}
 	}
 	return nil
 }
 
-// Streams are the streams the job reads: its input, or a join's left and
+// Streams are the streams the job reads: its input, or its left and
 // right (in that order: the index is the side).
 func (s *Spec) Streams() []string {
 	if s.Input != "" {
@@ -311,6 +286,9 @@ func (p *Params) get(name string) (any, bool) {
 	}
 	return v, ok
 }
+
+// ParamError is a SpecError naming params.<name>.
+func ParamError(name, format string, a ...any) error { return perr(name, format, a...) }
 
 func perr(name, format string, a ...any) error {
 	return &SpecError{"params." + name, fmt.Sprintf(format, a...)}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/mlstream/mlstream/api"
 	"github.com/mlstream/mlstream/ft"
+	_ "github.com/mlstream/mlstream/kinds/all" // the job kinds
 	"github.com/mlstream/mlstream/runtime"
 	"github.com/mlstream/mlstream/web"
 	"github.com/prometheus/client_golang/prometheus"

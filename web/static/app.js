@@ -155,6 +155,13 @@ class Chart {
 // ---- jobs ----
 
 const jobs = new Map(); // name -> JobView
+// Kinds with a panel of their own; any other kind gets its status section
+// (the fields it adds to the status) as a table.
+const knownKinds = new Set(["logreg", "heavy_hitters", "distinct", "join"]);
+// The engine's fields of a job status; the others are the kind's section.
+const statusFields = new Set(["name", "kind", "input", "streams", "spec", "created", "accepted", "processed", "rates",
+  "queue_depth", "queue_capacity", "latency", "partitions", "memory_estimate_bytes", "ft", "group", "shed",
+  "held_back", "held_back_total", "held_back_ms"]);
 const metricsCounts = { rejected: new Map(), shed: new Map() }; // from /metrics
 
 class JobView {
@@ -243,6 +250,7 @@ class JobView {
     if (s.topk) this.topk(s.topk);
     if (s.distinct) this.distinct(s.distinct, ts, chart);
     if (s.join) this.join(s.join, ts, chart);
+    if (s.kind && !knownKinds.has(s.kind)) this.section(s);
     if (s.ft) this.ft(s.ft, s, ts, chart);
     this.health();
   }
@@ -319,6 +327,30 @@ class JobView {
     set(e, "held_back_total", isNum(s.held_back_total) ? `${int(s.held_back_total)} times, ${dur(s.held_back_ms)} in all` : "–");
     const hb = $(e, '[data-f="held_back"]');
     hb.dataset.state = s.held_back > 0 ? "high" : "";
+  }
+
+  // section renders the status section of a kind this page has no panel
+  // for: the fields the kind adds to the status, as a key/value table.
+  section(s) {
+    let b = $(this.el, '[data-block="section"]');
+    if (!b) {
+      b = el("div", "block");
+      b.dataset.block = "section";
+      b.append(el("h3", "", s.kind), el("div", "scroll"));
+      const t = el("table", "section");
+      t.append(el("thead"), el("tbody"));
+      t.tHead.append(row(["field", "value"]));
+      $(b, ".scroll").append(t);
+      const ft = $(this.el, '[data-block="ft"]');
+      this.el.insertBefore(b, ft);
+    }
+    const rows = Object.keys(s).filter(k => !statusFields.has(k)).sort().map(k => {
+      const v = s[k];
+      const text = v !== null && typeof v === "object" ? JSON.stringify(v) : String(v);
+      return row([k, text.length > 300 ? text.slice(0, 300) + "…" : text], ["", "value"]);
+    });
+    b.hidden = !rows.length;
+    fill($(b, "tbody"), rows);
   }
 
   logreg(s, ts, chart) {

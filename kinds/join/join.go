@@ -1,10 +1,15 @@
-package runtime
+// Package join is the job kind "join": a windowed symmetric hash join of
+// two streams (package joins), with sampling and estimates of the join's
+// size, sum and average per window. Events of both streams are
+// partitioned by their join key, so each partition joins its keys alone;
+// the partitions' estimates add up.
+package join
 
 import (
 	"cmp"
-	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"slices"
 	"strconv"
 	"sync"
@@ -12,13 +17,47 @@ import (
 	"time"
 
 	"github.com/mlstream/mlstream/joins"
+	"github.com/mlstream/mlstream/kinds/internal/synopsis"
 	"github.com/mlstream/mlstream/learners"
+	"github.com/mlstream/mlstream/runtime"
 	"github.com/valyala/fastjson"
 )
 
-// Kind join: a windowed symmetric hash join of two streams (package joins).
-// Events of both streams are partitioned by their join key, so each
-// partition joins its keys alone; the partitions' estimates add up.
+// Name is the kind's name in a spec.
+const Name = "join"
+
+const (
+	defaultMaxState = 64 << 20
+	maxJoinState    = 1 << 40
+)
+
+func init() {
+	runtime.Register(runtime.Kind{
+		Name: Name, New: newJoinJob, Memory: memory, TwoStreams: true,
+		Divergence: 1e5, // tuples buffered or removed (AF-Stream's Θ for its join)
+		Messages:   []string{TypeMatch, TypeJoin},
+		Describe:   describe,
+	})
+}
+
+var (
+	_ runtime.FaultTolerant = (*joinJob)(nil)
+	_ runtime.Announcing    = (*joinJob)(nil)
+	_ runtime.Collecting    = (*joinJob)(nil)
+	_ runtime.Compensating  = (*joinPart)(nil)
+	_ runtime.LiveDiverging = (*joinPart)(nil)
+)
+
+// memory is max_state: the join's own bound on its buffered tuples,
+// enforced by package joins; its lower bound is checked by the
+// constructor.
+func memory(spec runtime.Spec, p *runtime.Params, _ bool) (int64, string, error) {
+	maxState, err := p.Bytes("max_state", defaultMaxState, 0, maxJoinState)
+	if err != nil {
+		return 0, "", err
+	}
+	return maxState, "params.max_state", nil
+}
 
 // joinJob is kind join. Params: on (the key field of both sides) or
 // left_on and right_on, within (the join interval), allowed_lateness,
@@ -34,7 +73,6 @@ type joinJob struct {
 	maxState   int64
 	confidence float64
 	parts      []*joinPart
-	ft         *jobFT
 
 	// matchRate is matches per second over the last sample, as float64
 	// bits; the sampler sets it.
@@ -46,7 +84,7 @@ type joinJob struct {
 // recentMatches is how many matches each partition keeps for queries.
 const recentMatches = 20
 
-func newJoinJob(spec Spec, p *Params) (kindJob, error) {
+func newJoinJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error) {
 	j := &joinJob{}
 	on, err := p.String("on", "")
 	if err != nil {
@@ -57,7 +95,7 @@ func newJoinJob(spec Spec, p *Params) (kindJob, error) {
 			return nil, err
 		}
 		if j.on[side] == "" {
-			return nil, perr("on", "required: the field both streams join on (or left_on and right_on)")
+			return nil, runtime.ParamError("on", "required: the field both streams join on (or left_on and right_on)")
 		}
 	}
 	within, err := p.Duration("within", 0, 0)
@@ -65,7 +103,7 @@ func newJoinJob(spec Spec, p *Params) (kindJob, error) {
 		return nil, err
 	}
 	if _, set := spec.Params["within"]; !set {
-		return nil, perr("within", "required: the join interval, such as 30s: a left and a right event match when their times differ by at most this")
+		return nil, runtime.ParamError("within", "required: the join interval, such as 30s: a left and a right event match when their times differ by at most this")
 	}
 	late, err := p.Duration("allowed_lateness", time.Second, 0)
 	if err != nil {
@@ -79,17 +117,11 @@ func newJoinJob(spec Spec, p *Params) (kindJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	window, err := p.String("window", "none")
+	win, err := synopsis.ReadWindow(p)
 	if err != nil {
 		return nil, err
 	}
-	var win time.Duration
-	if window != "none" {
-		if win, err = time.ParseDuration(window); err != nil || win < time.Millisecond {
-			return nil, perr("window", "must be none or a duration of at least 1ms such as 10s or 1m, got %q", window)
-		}
-	}
-	keep, err := p.Int("keep", defaultKeep, 1, maxKeep)
+	keep, err := p.Int("keep", synopsis.DefaultKeep, 1, synopsis.MaxKeep)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +146,7 @@ func newJoinJob(spec Spec, p *Params) (kindJob, error) {
 		j.cfg.ValueSide = joins.Right
 	}
 	if err := j.cfg.Validate(); err != nil {
-		return nil, &SpecError{"params", err.Error()}
+		return nil, &runtime.SpecError{Field: "params", Msg: err.Error()}
 	}
 	return j, nil
 }
@@ -122,38 +154,38 @@ func newJoinJob(spec Spec, p *Params) (kindJob, error) {
 // extract reads the side's join key (required), the event time and, on
 // the value side, the value (a number within Limits.MaxValue, required
 // when value is set).
-func (j *joinJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64) error {
+func (j *joinJob) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.Arena, now int64) error {
 	field := j.on[rec.Side]
-	key, err := extractKey(v, field, a)
+	key, err := runtime.ExtractKey(v, field, a)
 	if err != nil {
 		return err
 	}
 	if key == "" {
-		return badField(field, "required: the join key (a string or a number)")
+		return runtime.BadField(field, "required: the join key (a string or a number)")
 	}
 	rec.Key = key
-	if rec.TS, err = extractTS(v, j.tsField, now); err != nil {
+	if rec.TS, err = runtime.ExtractTS(v, j.tsField, now); err != nil {
 		return err
 	}
 	if j.value != "" && joins.Side(rec.Side) == j.cfg.ValueSide {
 		x := v.Get(j.value)
 		if x == nil || x.Type() != fastjson.TypeNumber {
-			return badField(j.value, "required on the %s stream: a number the join sums and averages", joins.Side(rec.Side))
+			return runtime.BadField(j.value, "required on the %s stream: a number the join sums and averages", joins.Side(rec.Side))
 		}
-		if rec.Value, err = boundedNumber(x, j.value, limits.Load().MaxValue); err != nil {
+		if rec.Value, err = runtime.ExtractNumber(x, j.value); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (j *joinJob) newPartition(index int, out emitter) partitionOp {
+func (j *joinJob) NewPartition(index int, out runtime.Emitter) runtime.Operator {
 	jn, err := joins.New(j.cfg)
 	if err != nil {
 		panic(err) // the config was checked by newJoinJob
 	}
 	p := &joinPart{job: j, jn: jn, out: out}
-	p.index = index
+	p.Index = index
 	p.emitFn = p.emit
 	p.publish(time.Now())
 	j.parts = append(j.parts, p)
@@ -162,10 +194,10 @@ func (j *joinJob) newPartition(index int, out emitter) partitionOp {
 
 // joinPart is one partition's join.
 type joinPart struct {
-	synPart
+	synopsis.Part
 	job    *joinJob
 	jn     *joins.Join
-	out    emitter
+	out    runtime.Emitter
 	emitFn func(*joins.Match)
 	wants  bool // someone listens to match messages (per batch)
 	msg    []byte
@@ -181,19 +213,19 @@ type joinPart struct {
 	}
 }
 
-func (p *joinPart) process(recs []Record, logged bool) {
-	p.wants = p.out.hub.Wants(p.out.job, TypeMatch)
+func (p *joinPart) Process(recs []runtime.Record, logged bool) {
+	p.wants = p.out.Wants(TypeMatch)
 	for i := range recs {
 		r := &recs[i]
-		p.observe(r, logged)
+		p.Observe(r, logged)
 		p.jn.Add(joins.Side(r.Side), r.Key, r.TS, r.Value, r.Seq, p.emitFn)
-		p.check(p.jn.StateDivergence(), false)
+		p.Check(p.jn.StateDivergence(), false)
 	}
-	p.check(0, true)
+	p.Check(0, true)
 }
 
-// coordinate publishes the join's state at the end of a group of batches.
-func (p *joinPart) coordinate() { p.publish(time.Now()) }
+// Coordinate publishes the join's state at the end of a group of batches.
+func (p *joinPart) Coordinate() { p.publish(time.Now()) }
 
 // emit keeps the match among the recent ones and sends it to listeners.
 func (p *joinPart) emit(m *joins.Match) {
@@ -202,24 +234,12 @@ func (p *joinPart) emit(m *joins.Match) {
 	if !p.wants {
 		return
 	}
-	b := append(p.msg[:0], `{"job":`...)
-	b = appendJSONString(b, p.out.job)
-	b = append(b, `,"type":"match","match":{"key":`...)
-	b = appendJSONString(b, m.Key)
-	b = append(b, `,"left_ts":`...)
-	b = strconv.AppendInt(b, m.LeftTS, 10)
-	b = append(b, `,"right_ts":`...)
-	b = strconv.AppendInt(b, m.RightTS, 10)
-	b = append(b, `,"left_value":`...)
-	b = strconv.AppendFloat(b, m.LeftValue, 'g', -1, 64)
-	b = append(b, `,"right_value":`...)
-	b = strconv.AppendFloat(b, m.RightValue, 'g', -1, 64)
-	b = append(b, "}}"...)
+	b := AppendMatch(p.msg[:0], p.out.Job(), m)
 	p.msg = b
-	p.out.hub.Publish(p.out.job, TypeMatch, append([]byte(nil), b...))
+	p.out.Publish(TypeMatch, append([]byte(nil), b...))
 }
 
-func (p *joinPart) idle(final bool) time.Duration { return p.idlePublish(final, p.publish) }
+func (p *joinPart) Idle(final bool) time.Duration { return p.IdlePublish(final, p.publish) }
 
 // publish copies what queries read.
 func (p *joinPart) publish(now time.Time) {
@@ -233,11 +253,11 @@ func (p *joinPart) publish(now time.Time) {
 	p.pub.c, p.pub.tuples, p.pub.bytes = p.jn.Counters(), p.jn.Tuples(), p.jn.StateBytes()
 	p.pub.open, p.pub.closed, p.pub.recent = open, closed, recent
 	p.pub.Unlock()
-	p.pubAt = now
+	p.PubAt = now
 }
 
-// JoinStatus is a join's live view: GET /v1/jobs/{job}/matches, and the
-// join field of the job status.
+// JoinStatus is a join's live view: query matches (GET
+// /v1/jobs/{job}/matches), and the join field of the job status.
 type JoinStatus struct {
 	Job string `json:"job,omitempty"`
 	joins.Counters
@@ -310,9 +330,9 @@ func (j *joinJob) view(window string, limit int) JoinStatus {
 			current = len(st.Windows) - 1
 		}
 	}
-	pick := map[string]int{WindowCurrent: current, WindowLast: last}[window]
+	pick := map[string]int{synopsis.WindowCurrent: current, synopsis.WindowLast: last}[window]
 	switch {
-	case window == WindowAll:
+	case window == synopsis.WindowAll:
 		e := all.Estimate(j.cfg.Sample, j.confidence)
 		e.Start, e.End = 0, 0
 		if len(starts) > 0 {
@@ -332,15 +352,27 @@ func sortMatchesNewest(ms []joins.Match) {
 	slices.SortStableFunc(ms, func(a, b joins.Match) int { return cmp.Compare(later(b), later(a)) })
 }
 
-func (j *joinJob) status(st *JobStatus, detail bool) {
-	v := j.view(WindowCurrent, recentMatches)
-	v.Windows = nil
-	st.Join = &v
+// Status is the kind's section of the job status: matches, state and the
+// current window's estimates.
+type Status struct {
+	Join *JoinStatus `json:"join,omitempty"`
 }
 
-// announce updates the match rate and publishes the join's view once a
+// StatusOf is a join job's section of its status, nil for another kind.
+func StatusOf(st runtime.JobStatus) *Status {
+	s, _ := runtime.SectionAs[*Status](st)
+	return s
+}
+
+func (j *joinJob) Status(detail bool) any {
+	v := j.view(synopsis.WindowCurrent, recentMatches)
+	v.Windows = nil
+	return &Status{Join: &v}
+}
+
+// Announce updates the match rate and publishes the join's view once a
 // second to listeners of join messages.
-func (j *joinJob) announce(hub *Hub, job string, now time.Time) {
+func (j *joinJob) Announce(out runtime.Emitter, now time.Time) {
 	var matches uint64
 	for _, p := range j.parts {
 		p.pub.Lock()
@@ -353,63 +385,64 @@ func (j *joinJob) announce(hub *Hub, job string, now time.Time) {
 		}
 	}
 	j.lastMatches, j.lastAt = matches, now
-	if !hub.Wants(job, TypeJoin) {
+	if !out.Wants(TypeJoin) {
 		return
 	}
-	v := j.view(WindowCurrent, 5)
-	v.Job, v.Windows = job, nil
-	publishJSON(hub, job, TypeJoin, now, v)
+	v := j.view(synopsis.WindowCurrent, 5)
+	v.Job, v.Windows = out.Job(), nil
+	out.PublishValue(JoinMessage{out.Envelope(TypeJoin, now.UnixMilli()), v})
 }
 
-// Matches answers GET /v1/jobs/{job}/matches: recent matches (at most
-// limit), statistics and the estimates of window (current, last or all).
-func (j *Job) Matches(window string, limit int) (JoinStatus, error) {
-	jj, err := kindAs[*joinJob](j, "matches", "join")
+// Queries: matches[?limit=20&window=current|last|all]: recent matches (at
+// most limit, up to 1000), statistics and the estimates of the window.
+func (j *joinJob) Queries() []runtime.Query {
+	return []runtime.Query{{Name: "matches", Params: []string{"limit", "window"}, Run: j.query}}
+}
+
+func (j *joinJob) query(q runtime.QueryArgs) (any, error) {
+	limit, err := runtime.QueryInt(q.Params, "limit", 20, 0, 1000)
 	if err != nil {
-		return JoinStatus{}, err
+		return nil, err
 	}
-	if err := checkWindow(window); err != nil {
-		return JoinStatus{}, err
+	window, err := runtime.QueryWindow(q.Params)
+	if err != nil {
+		return nil, err
 	}
-	v := jj.view(window, limit)
-	v.Job = j.spec.Name
+	v := j.view(window, limit)
+	v.Job = q.Job
 	return v, nil
-}
-
-// kindAs returns the job's kind as K, or ErrNotSupported saying which kind
-// what needs.
-func kindAs[K kindJob](j *Job, what, kind string) (K, error) {
-	k, ok := j.kind.(K)
-	if !ok {
-		return k, fmt.Errorf("%w: job %q is of kind %q; %s: only for kind %s", ErrNotSupported, j.spec.Name, j.spec.Kind, what, kind)
-	}
-	return k, nil
 }
 
 // Fault tolerance: one unit per partition, as for the synopses.
 
-func (j *joinJob) units() []stateful { return unitsOf(j.parts) }
+func (j *joinJob) Units() []runtime.Unit { return synopsis.UnitsOf(j.parts) }
 
-func (j *joinJob) setFT(f *jobFT) {
-	j.ft = f
-	attachUnits(f, j.parts)
-}
+func (j *joinJob) SetFT(f runtime.FT) { synopsis.AttachUnits(f, j.parts) }
 
 func (p *joinPart) StateDivergence() float64                 { return p.jn.StateDivergence() }
 func (p *joinPart) BackupState(w io.Writer, full bool) error { return p.jn.BackupState(w, full) }
 func (p *joinPart) RecoverState(r io.Reader) error           { return p.jn.RecoverState(r) }
-func (p *joinPart) alpha() float64                           { return 1 }
+func (p *joinPart) Alpha() float64                           { return 1 }
 
-func (p *joinPart) recovered(seqs []uint64) {
-	p.recoveredSeqs(seqs)
+func (p *joinPart) Recovered(seqs []uint64) {
+	p.RecoveredSeqs(seqs)
 	p.publish(time.Now())
 }
 
-// compensate widens the intervals of the open windows after a crash by
+// Compensate widens the intervals of the open windows after a crash by
 // the tuples lost: AF-Stream's n − Θ − Lβ − Γ samples (β = 1). lost counts
 // exactly the events after the restored backup that were not replayed,
 // those the state held at the crash included, so θ is inside it already.
-func (p *joinPart) compensate(_ float64, lost int64) {
+func (p *joinPart) Compensate(_ float64, lost int64) {
 	p.jn.Widen(float64(lost))
 	p.publish(time.Now())
+}
+
+// MatchesOf runs query matches on a job in this process.
+func MatchesOf(j *runtime.Job, window string, limit int) (JoinStatus, error) {
+	out, err := j.Query("matches", url.Values{"window": {window}, "limit": {strconv.Itoa(limit)}}, "")
+	if err != nil {
+		return JoinStatus{}, err
+	}
+	return out.(JoinStatus), nil
 }

@@ -1,4 +1,4 @@
-package runtime
+package logreg
 
 import (
 	"encoding/binary"
@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/mlstream/mlstream/learners"
+	"github.com/mlstream/mlstream/runtime"
 )
 
 // The fault-tolerance hooks of logreg (ft.Stateful). The state is the
@@ -14,15 +15,18 @@ import (
 // learners.Tracker at each merge. The hooks run under j.merge, or before
 // the partitions start, or after they stopped.
 
-// units: the global model is one unit holding every partition's events.
-func (j *logregJob) units() []stateful { return []stateful{j} }
+// Units: the global model is one unit holding every partition's events.
+func (j *logregJob) Units() []runtime.Unit { return []runtime.Unit{j} }
 
-func (j *logregJob) setFT(f *jobFT) {
+func (j *logregJob) SetFT(f runtime.FT) {
 	j.ft = f
 	j.merge.tracker = learners.NewTracker(j.model)
 }
 
-func (j *logregJob) partitions() []int {
+// Unacked is Γ's count: learned by partition i, not yet merged.
+func (j *logregJob) Unacked(i int) int64 { return j.parts[i].unacked.Load() }
+
+func (j *logregJob) Partitions() []int {
 	out := make([]int, len(j.parts))
 	for i := range out {
 		out[i] = i
@@ -37,21 +41,21 @@ func (j *logregJob) StateDivergence() float64 {
 	return j.merge.tracker.Divergence()
 }
 
-// liveDivergence is StateDivergence for readers outside the merge step.
-func (j *logregJob) liveDivergence() float64 {
+// LiveDivergence is StateDivergence for readers outside the merge step.
+func (j *logregJob) LiveDivergence() float64 {
 	j.merge.Lock()
 	defer j.merge.Unlock()
 	return j.StateDivergence()
 }
 
-func (j *logregJob) stateSeqs() []uint64 {
+func (j *logregJob) StateSeqs() []uint64 {
 	return append([]uint64(nil), j.merge.lastSeqs...)
 }
 
-// alpha bounds how far one event moves the weights (learners.StepBound).
-func (j *logregJob) alpha() float64 { return j.model.StepBound(int(j.maxFeats.Load())) }
+// Alpha bounds how far one event moves the weights (learners.StepBound).
+func (j *logregJob) Alpha() float64 { return j.model.StepBound(int(j.maxFeats.Load())) }
 
-func (j *logregJob) recovered(seqs []uint64) {
+func (j *logregJob) Recovered(seqs []uint64) {
 	copy(j.merge.lastSeqs, seqs)
 	for i, p := range j.parts {
 		p.lastSeq = seqs[i]

@@ -1,34 +1,61 @@
-package runtime
+// Package logreg is the job kind "logreg": online logistic regression,
+// one learner per partition over a shared global model (package learners,
+// a parameter-server design), with progressive validation, predictions,
+// load shedding of training events and consistency rounds.
+package logreg
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mlstream/mlstream/learners"
+	"github.com/mlstream/mlstream/runtime"
 	"github.com/valyala/fastjson"
 )
 
-// logregJob is kind "logreg": online logistic regression, one Learner per
-// partition over a shared global Model (learners' parameter-server
-// design). Params: the learner's (hash_bits, optimizer, alpha, beta, l1,
-// l2, clip, normalize, adaptive, window) and the field names. Partitions
-// merge at the end of each group of batches (group.go), waiting for each
-// other as the job's consistency says (consistency.go).
+// Name is the kind's name in a spec.
+const Name = "logreg"
+
+func init() {
+	runtime.Register(runtime.Kind{
+		Name: Name, New: newLogregJob, Memory: memory,
+		Divergence: 10, // Euclidean distance of the weights; AF-Stream's setting for its logistic regression
+		Shed: &runtime.ShedPolicy{
+			Drops:     "training events (labelled); predictions are always kept",
+			Sheddable: func(r *runtime.Record) bool { return r.Label >= 0 },
+		},
+		Consistent: true,
+		Messages:   []string{TypePrediction},
+		Describe:   describe,
+	})
+}
+
+var (
+	_ runtime.Predicting    = (*logregJob)(nil)
+	_ runtime.FaultTolerant = (*logregJob)(nil)
+	_ runtime.Unacking      = (*logregJob)(nil)
+	_ runtime.Collecting    = (*logregJob)(nil)
+	_ runtime.LiveDiverging = (*logregJob)(nil)
+)
+
+// logregJob is a job of kind logreg. Params: the learner's (hash_bits,
+// optimizer, alpha, beta, l1, l2, clip, normalize, adaptive, window) and
+// the field names. Partitions merge at the end of each group of batches
+// (Operator.Coordinate), waiting for each other as the job's consistency
+// says (runtime.SyncClock).
 type logregJob struct {
 	name   string
-	fields Fields
+	fields runtime.Fields
 	model  *learners.Model
 	window int
 	parts  []*logregPart
-	ft     *jobFT // nil without fault tolerance
+	ft     runtime.FT // nil without fault tolerance
 	// clock paces the partitions' merges: async, bsp or ssp.
 	consistency string
-	clock       *syncClock
+	clock       *runtime.SyncClock
 
 	// merge serialises merges of partitions into the global model, and the
 	// backups of it, so that a backup is a consistent cut: the model holds
@@ -48,7 +75,7 @@ type logregJob struct {
 	}
 }
 
-func newLogregJob(spec Spec, p *Params) (kindJob, error) {
+func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error) {
 	cfg := learners.DefaultConfig()
 	var err error
 	if cfg.HashBits, err = p.Int("hash_bits", cfg.HashBits, 1, maxHashBits); err != nil {
@@ -80,14 +107,14 @@ func newLogregJob(spec Spec, p *Params) (kindJob, error) {
 	if cfg.Window, err = p.Int("window", cfg.Window, 1, maxLogregWindow); err != nil {
 		return nil, err
 	}
-	fields, err := readFields(p)
+	fields, err := runtime.ReadFields(p)
 	if err != nil {
 		return nil, err
 	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		if pe, ok := err.(*learners.ParamError); ok {
-			return nil, perr(pe.Param, "%s", pe.Msg)
+			return nil, runtime.ParamError(pe.Param, "%s", pe.Msg)
 		}
 		return nil, err
 	}
@@ -95,29 +122,28 @@ func newLogregJob(spec Spec, p *Params) (kindJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	staleness := map[string]int{ConsistencyAsync: math.MaxInt32, ConsistencyBSP: 0, ConsistencySSP: spec.Sync.Staleness}[spec.Sync.Consistency]
+	staleness := map[string]int{runtime.ConsistencyAsync: math.MaxInt32, runtime.ConsistencyBSP: 0, runtime.ConsistencySSP: spec.Sync.Staleness}[spec.Sync.Consistency]
 	return &logregJob{name: spec.Name, fields: fields, model: model, window: cfg.Window,
-		consistency: spec.Sync.Consistency, clock: newSyncClock(spec.Partitions, staleness)}, nil
+		consistency: spec.Sync.Consistency, clock: runtime.NewSyncClock(spec.Partitions, staleness)}, nil
 }
 
-func (j *logregJob) extract(v *fastjson.Value, rec *Record, a *arena, now int64) error {
+// Extract reads the key, event time, label and features.
+func (j *logregJob) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.Arena, now int64) error {
 	var err error
-	if rec.Key, err = extractKey(v, j.fields.Key, a); err != nil {
+	if rec.Key, err = runtime.ExtractKey(v, j.fields.Key, a); err != nil {
 		return err
 	}
-	if rec.TS, err = extractTS(v, j.fields.TS, now); err != nil {
+	if rec.TS, err = runtime.ExtractTS(v, j.fields.TS, now); err != nil {
 		return err
 	}
-	if rec.Label, err = extractLabel(v, j.fields.Label); err != nil {
+	if rec.Label, err = runtime.ExtractLabel(v, j.fields.Label); err != nil {
 		return err
 	}
-	start := len(a.feats)
-	a.feats, err = appendFeatures(a.feats, v, j.fields.Features)
-	rec.Features = a.feats[start:len(a.feats):len(a.feats)]
+	rec.Features, err = a.Features(v, j.fields.Features)
 	return err
 }
 
-func (j *logregJob) newPartition(index int, out emitter) partitionOp {
+func (j *logregJob) NewPartition(index int, out runtime.Emitter) runtime.Operator {
 	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window), limit: math.MaxInt}
 	p.pub.snap = p.prog.Clone()
 	j.parts = append(j.parts, p)
@@ -136,7 +162,20 @@ func (j *logregJob) metrics() learners.Metrics {
 	return all.Summary()
 }
 
-func (j *logregJob) status(st *JobStatus, detail bool) {
+// Status is the kind's section of the job status.
+type Status struct {
+	Consistency *runtime.ConsistencyStatus `json:"consistency,omitempty"`
+	Model       *learners.Snapshot         `json:"model,omitempty"`
+	Metrics     *learners.Metrics          `json:"metrics,omitempty"`
+}
+
+// StatusOf is a logreg job's section of its status, nil for another kind.
+func StatusOf(st runtime.JobStatus) *Status {
+	s, _ := runtime.SectionAs[*Status](st)
+	return s
+}
+
+func (j *logregJob) Status(detail bool) any {
 	j.mu.Lock()
 	// A snapshot scans every weight: at most one a second, whatever the
 	// number of readers; the version is always the current one.
@@ -148,11 +187,11 @@ func (j *logregJob) status(st *JobStatus, detail bool) {
 	j.mu.Unlock()
 	snap.Version = j.model.Version()
 	m := j.metrics()
-	st.Model, st.Metrics = &snap, &m
-	st.Consistency = j.clock.status(j.consistency)
-	if j.consistency != ConsistencySSP {
+	st := &Status{Model: &snap, Metrics: &m, Consistency: j.clock.Status(j.consistency)}
+	if j.consistency != runtime.ConsistencySSP {
 		st.Consistency.Staleness = 0
 	}
+	return st
 }
 
 // logregPart is one partition's learner: progressive validation (predict,
@@ -160,7 +199,7 @@ func (j *logregJob) status(st *JobStatus, detail bool) {
 type logregPart struct {
 	job      *logregJob
 	index    int
-	out      emitter
+	out      runtime.Emitter
 	learner  *learners.Learner
 	prog     *learners.Progressive
 	msg      []byte
@@ -181,12 +220,12 @@ type logregPart struct {
 
 const publishEvery = 100 * time.Millisecond
 
-func (p *logregPart) process(recs []Record, logged bool) {
+func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 	if !p.active {
-		p.job.clock.setActive(p.index, true)
+		p.job.clock.SetActive(p.index, true)
 		p.active = true
 	}
-	wants := p.out.hub.Wants(p.out.job, TypePrediction)
+	wants := p.out.Wants(TypePrediction)
 	model := p.job.model
 	for i := range recs {
 		r := &recs[i]
@@ -208,8 +247,8 @@ func (p *logregPart) process(recs []Record, logged bool) {
 			prob = model.Predict(r.Features)
 		}
 		if wants {
-			p.msg = appendPrediction(p.msg[:0], p.out.job, r, prob, model.Version())
-			p.out.hub.Publish(p.out.job, TypePrediction, append([]byte(nil), p.msg...))
+			p.msg = AppendPrediction(p.msg[:0], p.out.Job(), r, prob, model.Version())
+			p.out.Publish(TypePrediction, append([]byte(nil), p.msg...))
 		}
 	}
 	p.unacked.Store(int64(p.learner.Pending()))
@@ -218,18 +257,18 @@ func (p *logregPart) process(recs []Record, logged bool) {
 	}
 }
 
-// coordinate merges at the end of a group of batches, then waits for the
+// Coordinate merges at the end of a group of batches, then waits for the
 // other partitions as the job's consistency says.
-func (p *logregPart) coordinate() {
+func (p *logregPart) Coordinate() {
 	p.merge()
-	p.job.clock.advance(p.index)
+	p.job.clock.Advance(p.index)
 }
 
-// idle merges without waiting: a partition without work holds no one back
+// Idle merges without waiting: a partition without work holds no one back
 // and waits for no one.
-func (p *logregPart) idle(bool) time.Duration {
+func (p *logregPart) Idle(bool) time.Duration {
 	if p.active {
-		p.job.clock.setActive(p.index, false)
+		p.job.clock.SetActive(p.index, false)
 		p.active = false
 	}
 	p.merge()
@@ -258,13 +297,13 @@ func (p *logregPart) merge() {
 	j.merge.lastSeqs[p.index] = p.lastSeq
 	j.merge.learned += int64(n)
 	if j.ft != nil {
-		j.ft.units[0].merged(n, p.unlogged, j.merge.learned)
+		j.ft.Unit(0).Merged(n, p.unlogged, j.merge.learned)
 	}
 	p.unlogged = 0
 	j.merge.Unlock()
 	if j.ft != nil {
 		// γ: at most this many events learned and not yet merged.
-		p.limit = max(j.ft.gamma(), 1)
+		p.limit = max(j.ft.Gamma(), 1)
 	}
 }
 
@@ -276,84 +315,30 @@ func (p *logregPart) publish(now time.Time) {
 	p.pubAt = now
 }
 
-// appendPrediction encodes a prediction message without reflection: this
-// runs once per event while someone watches.
-func appendPrediction(b []byte, job string, r *Record, p float64, version uint64) []byte {
-	b = append(b, `{"type":"prediction","job":`...)
-	b = appendJSONString(b, job)
-	b = append(b, `,"key":`...)
-	b = appendJSONString(b, r.Key)
-	b = append(b, `,"p":`...)
-	b = strconv.AppendFloat(b, p, 'g', 6, 64)
-	if r.Label >= 0 {
-		b = append(b, `,"label":`...)
-		b = strconv.AppendInt(b, int64(r.Label), 10)
-	}
-	b = append(b, `,"model_version":`...)
-	b = strconv.AppendUint(b, version, 10)
-	b = append(b, `,"ts":`...)
-	b = strconv.AppendInt(b, r.TS, 10)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendUint(b, r.Seq, 10)
-	return append(b, '}')
-}
-
-// ErrNotSupported is returned for an operation the job's kind lacks.
-var ErrNotSupported = errors.New("runtime: not supported by this job's kind")
-
-// Predicted is one answer of a Predictor.
-type Predicted struct {
-	Key string  `json:"key,omitempty"`
-	P   float64 `json:"p"`
-}
-
-// Predictor answers predictions from a job's global model, for one
+// predictor answers predictions from a job's global model, for one
 // request. Not safe for concurrent use.
-type Predictor struct {
+type predictor struct {
 	j     *logregJob
-	arena arena
-	rec   Record
+	arena runtime.Arena
+	rec   runtime.Record
 }
 
-// Predictor returns a predictor for a logreg job.
-func (j *Job) Predictor() (*Predictor, error) {
-	lj, err := kindAs[*logregJob](j, "predictions", "logreg")
-	if err != nil {
-		return nil, err
-	}
-	return &Predictor{j: lj}, nil
-}
+// NewPredictor makes a predictor for one request (runtime.Predicting).
+func (j *logregJob) NewPredictor() runtime.Predictor { return &predictor{j: j} }
 
 // Predict reads one event (its label, if any, is checked and ignored) and
 // returns the global model's probability.
-func (p *Predictor) Predict(v *fastjson.Value, line int) (Predicted, error) {
+func (p *predictor) Predict(v *fastjson.Value, line int) (runtime.Predicted, error) {
 	if v.Type() != fastjson.TypeObject {
-		return Predicted{}, &InputError{Line: line, Msg: fmt.Sprintf("an event must be a JSON object, got %s", v.Type())}
+		return runtime.Predicted{}, &runtime.InputError{Line: line, Msg: fmt.Sprintf("an event must be a JSON object, got %s", v.Type())}
 	}
 	// Keys handed out stay in the arena; features are not kept.
-	p.arena.feats = p.arena.feats[:0]
-	if err := p.j.extract(v, &p.rec, &p.arena, 0); err != nil {
-		return Predicted{}, inputError(err, line)
+	p.arena.ResetFeatures()
+	if err := p.j.Extract(v, &p.rec, &p.arena, 0); err != nil {
+		return runtime.Predicted{}, runtime.AtLine(err, line)
 	}
-	return Predicted{Key: p.rec.Key, P: p.j.model.Predict(p.rec.Features)}, nil
+	return runtime.Predicted{Key: p.rec.Key, P: p.j.model.Predict(p.rec.Features)}, nil
 }
 
 // Version is the global model's current version.
-func (p *Predictor) Version() uint64 { return p.j.model.Version() }
-
-// ModelView is the body of GET /v1/jobs/{job}/model.
-type ModelView struct {
-	Job string `json:"job"`
-	learners.Snapshot
-	Metrics learners.Metrics `json:"metrics"`
-}
-
-// Model returns a snapshot of a logreg job's global model; with weights,
-// the limit largest non-zero weights (limit <= 0: all).
-func (j *Job) Model(weights bool, limit int) (ModelView, error) {
-	lj, err := kindAs[*logregJob](j, "a model", "logreg")
-	if err != nil {
-		return ModelView{}, err
-	}
-	return ModelView{Job: j.spec.Name, Snapshot: lj.model.Snapshot(weights, limit), Metrics: lj.metrics()}, nil
-}
+func (p *predictor) Version() uint64 { return p.j.model.Version() }

@@ -1,0 +1,370 @@
+// Package synopsis is what the kinds whose partitions each keep their own
+// summary share (heavy_hitters and distinct, and the bookkeeping of join):
+// their common params, extraction of the counted values, a partition's
+// fault-tolerance bookkeeping (one unit of state per partition,
+// AF-Stream's n operator copies), and the published copies of a windowed
+// summary that queries merge (mergeable summaries).
+package synopsis
+
+import (
+	"io"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mlstream/mlstream/ft"
+	"github.com/mlstream/mlstream/runtime"
+	"github.com/mlstream/mlstream/synopses"
+	"github.com/valyala/fastjson"
+)
+
+// WholeStream is the window size that makes one window of the whole
+// stream: no event time reaches its end.
+const WholeStream = time.Duration(math.MaxInt64)
+
+// Ranges and defaults of the shared params.
+const (
+	DefaultKeep = 3
+	MaxKeep     = 100
+)
+
+// Params are the params both synopsis kinds share: field (the event field
+// whose values are counted), window (none or a duration), keep (closed
+// windows kept) and the field names.
+type Params struct {
+	Fields runtime.Fields
+	Field  string
+	Window time.Duration // WholeStream when none
+	Keep   int
+}
+
+// ReadParams reads the shared params.
+func ReadParams(p *runtime.Params) (Params, error) {
+	var sp Params
+	var err error
+	if sp.Field, err = p.String("field", ""); err != nil {
+		return sp, err
+	}
+	if sp.Field == "" {
+		return sp, runtime.ParamError("field", "required: the event field whose values are counted")
+	}
+	if sp.Window, err = ReadWindow(p); err != nil {
+		return sp, err
+	}
+	if sp.Window == 0 {
+		sp.Window = WholeStream
+	}
+	if sp.Keep, err = p.Int("keep", DefaultKeep, 1, MaxKeep); err != nil {
+		return sp, err
+	}
+	if sp.Fields, err = runtime.ReadFields(p); err != nil {
+		return sp, err
+	}
+	return sp, nil
+}
+
+// ReadWindow reads param window: none (0) or a duration of at least 1ms.
+func ReadWindow(p *runtime.Params) (time.Duration, error) {
+	w, err := p.String("window", "none")
+	if err != nil || w == "none" {
+		return 0, err
+	}
+	d, err := time.ParseDuration(w)
+	if err != nil || d < time.Millisecond {
+		return 0, runtime.ParamError("window", "must be none or a duration of at least 1ms such as 10s or 1m, got %q", w)
+	}
+	return d, nil
+}
+
+// Extract reads the key, event time and the field's values: a string,
+// number or boolean is one value; an array gives each element; an object
+// gives its keys.
+func (sp Params) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.Arena, now int64) error {
+	var err error
+	if rec.Key, err = runtime.ExtractKey(v, sp.Fields.Key, a); err != nil {
+		return err
+	}
+	if rec.TS, err = runtime.ExtractTS(v, sp.Fields.TS, now); err != nil {
+		return err
+	}
+	rec.Label = -1
+	x := v.Get(sp.Field)
+	if x == nil {
+		return runtime.BadField(sp.Field, "required")
+	}
+	mark := a.ValueMark()
+	switch x.Type() {
+	case fastjson.TypeArray:
+		elems, _ := x.Array()
+		for i, e := range elems {
+			s, ok := scalarText(e, a)
+			if !ok {
+				return runtime.BadField(sp.Field+"["+strconv.Itoa(i)+"]", "must be a string, number or boolean, got %s", e.Type())
+			}
+			a.AddValue(s)
+		}
+	case fastjson.TypeObject:
+		o, _ := x.Object()
+		o.Visit(func(k []byte, _ *fastjson.Value) { a.AddValue(a.Str(k)) })
+	default:
+		s, ok := scalarText(x, a)
+		if !ok {
+			return runtime.BadField(sp.Field, "must be a string, number, boolean, array or object, got %s", x.Type())
+		}
+		a.AddValue(s)
+	}
+	rec.Values = a.Values(mark)
+	return nil
+}
+
+// scalarText is a string's value, or a number's or boolean's JSON text.
+func scalarText(v *fastjson.Value, a *runtime.Arena) (string, bool) {
+	switch v.Type() {
+	case fastjson.TypeString:
+		b, _ := v.StringBytes()
+		return a.Str(b), true
+	case fastjson.TypeNumber, fastjson.TypeTrue, fastjson.TypeFalse:
+		return a.Str(v.MarshalTo(nil)), true
+	}
+	return "", false
+}
+
+// Windows of a query (runtime.QueryWindow).
+const (
+	WindowCurrent = runtime.WindowCurrent
+	WindowLast    = runtime.WindowLast
+	WindowAll     = runtime.WindowAll
+)
+
+// Part is what the partitions of these kinds share: the bookkeeping of
+// fault tolerance and of published copies.
+type Part struct {
+	Index     int
+	lastSeq   uint64
+	unlogged  int           // events since the last check that are not in the item log
+	pending   int           // events since the last check
+	maxVals   atomic.Int64  // most values in one event: α; read by status
+	div       atomic.Uint64 // divergence as float64 bits, published for status
+	processed int64
+	unit      runtime.FTUnit // nil without fault tolerance
+	PubAt     time.Time
+	dirty     bool // processed events since the last publish at idle
+}
+
+// Observe records one processed event; after it, Check tells fault
+// tolerance when a backup may be due.
+func (s *Part) Observe(r *runtime.Record, logged bool) {
+	s.lastSeq = r.Seq
+	s.dirty = true
+	// α: the most one event moves a summary; an event kept by load
+	// shedding counts with its weight (Value).
+	if n := int64(len(r.Values)) * int64(max(r.Value, 1)); n > s.maxVals.Load() {
+		s.maxVals.Store(n)
+	}
+	s.pending++
+	if !logged {
+		s.unlogged++
+	}
+}
+
+// WindowEnded backs the summary up at a window's end, as AF-Stream backs
+// up punctuation items always, and resets the unit's thresholds: errors of
+// earlier windows no longer add up.
+func (s *Part) WindowEnded() {
+	if s.unit != nil {
+		s.unit.WindowEnded()
+	}
+}
+
+// Check hands the events since the last check to fault tolerance when the
+// state's divergence or the events at risk passed their thresholds (or at
+// the end of a batch, force), so that they hold to the event.
+func (s *Part) Check(div float64, force bool) {
+	if !force {
+		s.div.Store(math.Float64bits(div))
+	}
+	if s.unit == nil || s.pending == 0 || !force && !s.unit.Due(div, s.unlogged) {
+		return
+	}
+	s.processed += int64(s.pending)
+	s.unit.Merged(s.pending, s.unlogged, s.processed)
+	s.pending, s.unlogged = 0, 0
+}
+
+// idlePublishGap is the least time between two publishes at idle: a queue
+// that runs dry after every small batch would otherwise have the summary
+// copied after each; the last changes are published at most this late.
+const idlePublishGap = 5 * time.Millisecond
+
+// IdlePublish publishes what changed since the last publish, unless the
+// last one is too recent: then it says when to come back. The final call
+// always publishes.
+func (s *Part) IdlePublish(final bool, publish func(time.Time)) time.Duration {
+	if !s.dirty {
+		return 0
+	}
+	now := time.Now()
+	if gap := now.Sub(s.PubAt); gap < idlePublishGap && !final {
+		return idlePublishGap - gap
+	}
+	publish(now)
+	s.dirty = false
+	return 0
+}
+
+// LiveDivergence is the divergence as of the last event, for status.
+func (s *Part) LiveDivergence() float64 { return math.Float64frombits(s.div.Load()) }
+
+// AlphaOf is α: the most values one event had, at least 1.
+func (s *Part) AlphaOf() float64 { return float64(max(s.maxVals.Load(), 1)) }
+
+func (s *Part) Partitions() []int           { return []int{s.Index} }
+func (s *Part) StateSeqs() []uint64         { return []uint64{s.lastSeq} }
+func (s *Part) RecoveredSeqs(seqs []uint64) { s.lastSeq = seqs[0] }
+func (s *Part) SetUnit(u runtime.FTUnit)    { s.unit = u }
+
+// View is a published copy of one window of a summary.
+type View[S any] struct {
+	Span synopses.Span
+	Sum  S
+}
+
+// windowViews copies the three windows a query can ask for.
+func windowViews[S any](current, last, all func() (synopses.Span, S)) map[string]View[S] {
+	views := map[string]View[S]{}
+	for name, f := range map[string]func() (synopses.Span, S){WindowCurrent: current, WindowLast: last, WindowAll: all} {
+		span, sum := f()
+		views[name] = View[S]{span, sum}
+	}
+	return views
+}
+
+// Windowed is what both windowed synopses offer.
+type Windowed[S any] interface {
+	ft.Stateful
+	Current() (synopses.Span, S)
+	Last() (synopses.Span, S)
+	All() (synopses.Span, S)
+	Late() uint64
+	Dropped() uint64
+}
+
+// Summary is what the two kinds' partitions share beyond Part: the
+// summary, its published copies and its fault-tolerance hooks.
+type Summary[S any, W Windowed[S]] struct {
+	Part
+	Sketch W
+	pub    struct {
+		sync.Mutex
+		views         map[string]View[S]
+		late, dropped uint64
+		// lostValues counts the values of events lost in crashes (kept by
+		// distinct: each can be a distinct value the sketch never saw).
+		lostValues uint64
+	}
+}
+
+// ProcessWith adds every value of each record with add, keeping fault
+// tolerance informed event by event and backing up at window ends.
+func (p *Summary[S, W]) ProcessWith(recs []runtime.Record, logged bool, add func(v string, weight float64, ts int64) (late, closed bool)) {
+	for i := range recs {
+		r := &recs[i]
+		p.Observe(r, logged)
+		closed := false
+		for _, v := range r.Values {
+			_, c := add(v, r.Value, r.TS)
+			closed = closed || c
+		}
+		p.Check(p.Sketch.StateDivergence(), closed)
+		if closed {
+			p.WindowEnded()
+		}
+	}
+	p.Check(0, true)
+}
+
+// Coordinate publishes the summary at the end of a group of batches.
+func (p *Summary[S, W]) Coordinate() { p.Publish(time.Now()) }
+
+func (p *Summary[S, W]) Idle(final bool) time.Duration {
+	return p.IdlePublish(final, p.Publish)
+}
+
+// Publish copies the windows queries read.
+func (p *Summary[S, W]) Publish(now time.Time) {
+	views := windowViews(p.Sketch.Current, p.Sketch.Last, p.Sketch.All)
+	p.pub.Lock()
+	p.pub.views, p.pub.late, p.pub.dropped = views, p.Sketch.Late(), p.Sketch.Dropped()
+	p.pub.Unlock()
+	p.PubAt = now
+}
+
+// View returns the published copy of a window and the counters.
+func (p *Summary[S, W]) View(window string) (v View[S], late, dropped, lost uint64) {
+	p.pub.Lock()
+	defer p.pub.Unlock()
+	return p.pub.views[window], p.pub.late, p.pub.dropped, p.pub.lostValues
+}
+
+// AddLostValues counts values of events lost in a crash.
+func (p *Summary[S, W]) AddLostValues(n uint64) {
+	p.pub.Lock()
+	p.pub.lostValues += n
+	p.pub.Unlock()
+}
+
+func (p *Summary[S, W]) StateDivergence() float64 { return p.Sketch.StateDivergence() }
+func (p *Summary[S, W]) BackupState(w io.Writer, full bool) error {
+	return p.Sketch.BackupState(w, full)
+}
+func (p *Summary[S, W]) RecoverState(r io.Reader) error { return p.Sketch.RecoverState(r) }
+func (p *Summary[S, W]) Alpha() float64                 { return p.AlphaOf() }
+
+// Recovered publishes the restored summary at once: queries must not wait
+// for the first event.
+func (p *Summary[S, W]) Recovered(seqs []uint64) {
+	p.RecoveredSeqs(seqs)
+	p.Publish(time.Now())
+}
+
+// AttachUnits hands each partition its unit of state.
+func AttachUnits[P interface{ SetUnit(runtime.FTUnit) }](f runtime.FT, parts []P) {
+	for i, p := range parts {
+		p.SetUnit(f.Unit(i))
+	}
+}
+
+// UnitsOf lists partitions as units of state, one each.
+func UnitsOf[P runtime.Unit](parts []P) []runtime.Unit {
+	out := make([]runtime.Unit, len(parts))
+	for i, p := range parts {
+		out[i] = p
+	}
+	return out
+}
+
+// publishedSummaries is what a synopsis partition holds besides its live
+// windows: the published current, last and all windows, and the blank
+// summary that stands for a missing window.
+const publishedSummaries = 4
+
+// Summaries is how many summaries a synopsis partition holds at most: its
+// live windows (the current one and keep closed ones, or one for the
+// whole stream) and the published ones; for memory estimates.
+func Summaries(p *runtime.Params) (int64, error) {
+	keep, err := p.Int("keep", DefaultKeep, 1, MaxKeep)
+	if err != nil {
+		return 0, err
+	}
+	w, err := p.String("window", "none")
+	if err != nil {
+		return 0, err
+	}
+	live := int64(1)
+	if w != "none" {
+		live += int64(keep)
+	}
+	return live + publishedSummaries, nil
+}

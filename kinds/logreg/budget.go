@@ -1,0 +1,83 @@
+package logreg
+
+import (
+	"github.com/mlstream/mlstream/learners"
+	"github.com/mlstream/mlstream/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Ranges of params: they keep one job from asking for more than a machine
+// has; within them, the engine's memory budget decides.
+const (
+	maxHashBits     = 26 // 2^26 slots of 32 bytes, 2 GiB
+	maxLogregWindow = 1_000_000
+)
+
+// Bytes behind the memory estimate, measured on amd64 (the runtime's
+// budget tests compare them with the heap).
+const (
+	// slotBytes is a model slot: four float64 words.
+	slotBytes = 32
+	// partBytes is a partition's learner: its local delta at its initial
+	// 4,096 entries of 32 bytes and scratch.
+	partBytes = 4096*32 + 2048*4 + 64*40
+	// deltaSlots is how many slots a partition's delta is assumed to grow
+	// to between merges (it grows with the slots touched, at most 4
+	// entries per model slot).
+	deltaSlots = 1 << 14
+	// progressiveBytes is one event of the progressive metrics' window,
+	// held twice per partition (its own and the published copy).
+	progressiveBytes = 8
+)
+
+// memory is the model and the partitions' learners at their largest.
+func memory(spec runtime.Spec, p *runtime.Params, withFT bool) (int64, string, error) {
+	hb, err := p.Int("hash_bits", learners.DefaultHashBits, 1, maxHashBits)
+	if err != nil {
+		return 0, "", err
+	}
+	window, err := p.Int("window", learners.DefaultWindow, 1, maxLogregWindow)
+	if err != nil {
+		return 0, "", err
+	}
+	slots := int64(1)<<hb + 1
+	model := slots * slotBytes
+	if withFT {
+		model += slots / 8 // the tracker's bitmap of slots changed since the backup
+	}
+	delta := 4 * min(slots, deltaSlots) * 32
+	part := partBytes + max(delta-4096*32, 0) + 2*int64(window)*progressiveBytes
+	return model + int64(spec.Partitions)*part, "params.hash_bits", nil
+}
+
+// The kind's Prometheus series, labelled with the job.
+var (
+	versionDesc = prometheus.NewDesc("mlstream_model_version", "Version of the global model (merges applied).", []string{"job"}, nil)
+	skippedDesc = prometheus.NewDesc("mlstream_model_skipped_updates_total", "Updates the model refused because they would have made a weight or an optimizer accumulator infinite or NaN.", []string{"job"}, nil)
+	qualityDesc = prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss or auc; window is all or recent.", []string{"job", "metric", "window"}, nil)
+)
+
+func describe(ch chan<- *prometheus.Desc) {
+	ch <- versionDesc
+	ch <- skippedDesc
+	ch <- qualityDesc
+}
+
+// Collect sends the model's version, skipped updates and progressive
+// metrics (runtime.Collecting).
+func (j *logregJob) Collect(job string, ch chan<- prometheus.Metric) {
+	st := j.Status(false).(*Status)
+	ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, float64(st.Model.Version), job)
+	ch <- prometheus.MustNewConstMetric(skippedDesc, prometheus.CounterValue, float64(st.Model.Skipped), job)
+	m := st.Metrics
+	for _, w := range []struct {
+		name string
+		v    float64
+		win  string
+	}{
+		{"accuracy", m.All.Accuracy, "all"}, {"log_loss", m.All.LogLoss, "all"}, {"auc", m.All.AUC, "all"},
+		{"accuracy", m.Recent.Accuracy, "recent"}, {"log_loss", m.Recent.LogLoss, "recent"}, {"auc", m.Recent.AUC, "recent"},
+	} {
+		ch <- prometheus.MustNewConstMetric(qualityDesc, prometheus.GaugeValue, w.v, job, w.name, w.win)
+	}
+}

@@ -1,0 +1,95 @@
+package runtime
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/mlstream/mlstream/ft"
+)
+
+// The messages of the WebSocket feed and the hub. Every message is one
+// JSON object in the same envelope: {"type": t, "job": name, "ts": ms,
+// ...}, ts being epoch milliseconds (of the event for per-event messages,
+// of the moment of publishing for the others). The engine's own types are
+// defined here; each kind defines its own in its package (Kind.Messages),
+// with append encoders for the per-event ones.
+
+// The engine's message types.
+const (
+	TypeStats    = "stats"    // a job's status, once a second
+	TypeBackup   = "backup"   // a state backup was written
+	TypeRecovery = "recovery" // a job restarted from its backups
+)
+
+// engineTypes are the message types of every job, whatever its kind.
+var engineTypes = []string{TypeStats, TypeBackup, TypeRecovery}
+
+// Envelope is what every message carries. A message type embeds it, and
+// the message's own fields follow; for a message about one thing the
+// field is named after the type ({"type": "topk", ..., "topk": {...}}).
+type Envelope struct {
+	Type string `json:"type"`
+	Job  string `json:"job"`
+	TS   int64  `json:"ts"`
+}
+
+func (e Envelope) envelope() Envelope { return e }
+
+// StatsMessage is a job's status (type stats), once a second to each
+// subscriber; Dropped counts the messages this subscriber missed.
+type StatsMessage struct {
+	Envelope
+	Dropped uint64    `json:"dropped"`
+	Stats   JobStatus `json:"stats"`
+}
+
+// RecoveryMessage is a job's recovery report (type recovery); ts is when
+// the recovery ended. Sent when it happens and, to a new subscriber, for
+// the last one.
+type RecoveryMessage struct {
+	Envelope
+	Recovery *RecoveryReport `json:"recovery"`
+}
+
+// EncodeRecovery encodes the recovery message of rep.
+func EncodeRecovery(job string, rep *RecoveryReport) ([]byte, error) {
+	return json.Marshal(RecoveryMessage{Envelope{TypeRecovery, job, rep.At.UnixMilli()}, rep})
+}
+
+// BackupMessage is a unit of state backed up (type backup); ts is the
+// backup's creation time. Partition is the unit's one partition, absent
+// for a unit of the whole job.
+type BackupMessage struct {
+	Envelope
+	Index      uint64   `json:"index"`
+	Full       bool     `json:"full"`
+	Bytes      int      `json:"bytes"`
+	Divergence float64  `json:"divergence"`
+	LastSeqs   []uint64 `json:"last_seqs"`
+	Partitions []int    `json:"partitions"`
+	Partition  *int     `json:"partition,omitempty"`
+}
+
+// encodeBackup encodes the backup message of unit u's backup meta of n
+// bytes.
+func encodeBackup(job string, u *stateUnit, meta ft.BackupMeta, n int) ([]byte, error) {
+	m := BackupMessage{Envelope: Envelope{TypeBackup, job, meta.Created.UnixMilli()}, Index: meta.Index, Full: meta.Full,
+		Bytes: n, Divergence: meta.Divergence, LastSeqs: meta.LastSeqs, Partitions: u.parts}
+	if p := u.partition(); p >= 0 {
+		m.Partition = &p
+	}
+	return json.Marshal(m)
+}
+
+// AppendEnvelope starts a message built by hand (the per-event ones, too
+// frequent for encoding/json): {"type":typ,"job":job,"ts":ts and the
+// caller appends its fields, each with a leading comma, and the closing
+// brace.
+func AppendEnvelope(b []byte, typ, job string, ts int64) []byte {
+	b = append(b, `{"type":`...)
+	b = AppendJSONString(b, typ)
+	b = append(b, `,"job":`...)
+	b = AppendJSONString(b, job)
+	b = append(b, `,"ts":`...)
+	return strconv.AppendInt(b, ts, 10)
+}
