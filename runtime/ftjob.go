@@ -16,9 +16,10 @@ import (
 )
 
 // ftKind is what a kind with fault tolerance implements: its units of
-// state. logreg has one, the global model, which holds the events of every
-// partition; a kind whose partitions keep their own state has one unit
-// per partition (AF-Stream's n operator copies, each with Θ/(2n)).
+// state. A kind with a merged global state (a learner's global model) has
+// one, which holds the events of every partition; a kind whose partitions
+// keep their own state has one unit per partition (AF-Stream's n operator
+// copies, each with Θ/(2n)).
 type ftKind interface {
 	units() []stateful
 	// setFT hands the kind its job's fault-tolerance machinery, before
@@ -549,8 +550,8 @@ type FTStatus struct {
 	AtRisk      int64         `json:"at_risk"`
 	Backups     BackupStats   `json:"backups"`
 	Partitions  []PartitionFT `json:"partitions"`
-	// Units are the job's units of state: one for logreg (the global
-	// model, all partitions), one per partition for the other kinds.
+	// Units are the job's units of state: one for a kind with a global
+	// state (all partitions), else one per partition.
 	Units     []UnitFT        `json:"units"`
 	Alpha     float64         `json:"alpha"`
 	WorstCase ft.Bound        `json:"worst_case"` // what a crash now would cost
