@@ -119,22 +119,28 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	if b.events == 0 {
 		return 0, nil
 	}
-	type reservation struct {
-		q *queue
-		n int
-	}
-	var held []reservation
-	release := func() {
-		for _, r := range held {
-			r.q.unreserve(r.n)
-		}
-	}
 	ctx, cancel := context.WithTimeout(ctx, b.e.cfg.IngestWait)
 	defer cancel()
-	// Holding a sender back for the item-log budget gets half the wait:
-	// past it the events are logged, not refused.
-	pendCtx, cancelPend := context.WithTimeout(ctx, b.e.cfg.IngestWait/2)
-	defer cancelPend()
+	b.shedLoad()
+	held, err := b.reserve(ctx)
+	if err != nil {
+		held.release()
+		return 0, err
+	}
+	durable, err := b.push()
+	if err != nil {
+		return 0, err
+	}
+	if err := commitLogs(durable); err != nil {
+		return 0, err
+	}
+	b.e.metrics.accepted(b.stream, b.events)
+	return b.events, nil
+}
+
+// shedLoad drops part of the records of jobs with load shedding whose
+// queues would hold more than they drain in max_delay (shed.go).
+func (b *Batch) shedLoad() {
 	for _, jb := range b.jobs {
 		if jb.job.shedDelay == 0 {
 			continue
@@ -145,6 +151,32 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 			}
 		}
 	}
+}
+
+// reservations are the room taken in partition queues, given back when the
+// request is refused.
+type reservations []room
+
+type room struct {
+	q *queue
+	n int
+}
+
+func (rs reservations) release() {
+	for _, r := range rs {
+		r.q.unreserve(r.n)
+	}
+}
+
+// reserve takes room for every partition's records, or fails with what it
+// took so far (for the caller to release): ErrTooLarge for records that no
+// wait would fit, ErrBusy when ctx ends first.
+func (b *Batch) reserve(ctx context.Context) (reservations, error) {
+	// Holding a sender back for the item-log budget gets half the wait:
+	// past it the events are logged, not refused.
+	pendCtx, cancelPend := context.WithTimeout(ctx, b.e.cfg.IngestWait/2)
+	defer cancelPend()
+	var held reservations
 	for _, jb := range b.jobs {
 		for i, recs := range jb.parts {
 			if len(recs) == 0 {
@@ -152,20 +184,24 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 			}
 			q := jb.job.parts[i].q
 			if int64(len(recs)) > q.capacity {
-				release()
-				return 0, fmt.Errorf("%w: %d events for partition %d of job %q, whose queue holds %d; send smaller requests",
+				return held, fmt.Errorf("%w: %d events for partition %d of job %q, whose queue holds %d; send smaller requests",
 					ErrTooLarge, len(recs), i, jb.job.spec.Name, q.capacity)
 			}
 			q.waitPending(pendCtx, len(recs))
 			if err := q.reserve(ctx, len(recs)); err != nil {
-				release()
 				b.e.metrics.refused(b.stream, "busy", b.events)
-				return 0, fmt.Errorf("%w: job %q partition %d", ErrBusy, jb.job.spec.Name, i)
+				return held, fmt.Errorf("%w: job %q partition %d", ErrBusy, jb.job.spec.Name, i)
 			}
-			held = append(held, reservation{q, len(recs)})
+			held = append(held, room{q, len(recs)})
 		}
 	}
-	var durable []*partFT // item logs to commit before the reply (mode exact)
+	return held, nil
+}
+
+// push queues the reserved records and returns the item logs that must
+// be committed before the reply (mode exact).
+func (b *Batch) push() ([]*partFT, error) {
+	var durable []*partFT
 	for _, jb := range b.jobs {
 		req := jb.job.ftRequest(jb.parts)
 		for i, recs := range jb.parts {
@@ -177,7 +213,7 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 				q.unreserve(len(recs))
 				if errors.Is(err, ErrDurability) {
 					req.abandon()
-					return 0, err
+					return nil, err
 				}
 				// The job was deleted while this request was in flight; its
 				// records go with it, the other jobs still get theirs.
@@ -191,12 +227,16 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 		jb.job.shed.add(jb.shedStats)
 		jb.job.featsPerEvent.Store(int64(len(jb.arena.feats) / b.events))
 	}
-	// Group commit: concurrent requests share the fsyncs.
-	for _, p := range durable {
+	return durable, nil
+}
+
+// commitLogs makes the item logs durable: a group commit, so concurrent
+// requests share the fsyncs.
+func commitLogs(logs []*partFT) error {
+	for _, p := range logs {
 		if err := p.log.Commit(); err != nil {
-			return 0, fmt.Errorf("%w: %v", ErrDurability, err)
+			return fmt.Errorf("%w: %v", ErrDurability, err)
 		}
 	}
-	b.e.metrics.accepted(b.stream, b.events)
-	return b.events, nil
+	return nil
 }

@@ -23,44 +23,20 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	f := j.ft
 	start := time.Now()
 	rep := &RecoveryReport{Job: j.spec.Name, At: start}
-	base := make([]uint64, len(j.parts)) // per partition: the last event the restored state holds
-	failures := 0
-	restored := false
-	for _, u := range f.units {
-		meta, n, err := u.restore(rep)
-		if err != nil {
-			return nil, err
-		}
-		if n > 0 {
-			restored = true
-			failures = max(failures, meta.Failures)
-			for i, p := range u.parts {
-				base[p] = meta.LastSeqs[i]
-			}
-		}
-		rep.Backups += n
+	base, failures, restored, err := j.restoreUnits(rep)
+	if err != nil {
+		return nil, err
 	}
 	// With a damaged backup passed over, the item log may have been
 	// truncated past what the restored state holds.
 	backupDamage := len(rep.Skipped) > 0
 	clean := f.takeClean(rep)
 	marks, damagedMarks := f.readMarks(rep)
-	hadData := restored || damagedMarks
-	for _, m := range marks {
-		hadData = hadData || m > 0
-	}
-	if hadData && !clean {
+	crashed := !clean && (restored || damagedMarks || slices.ContainsFunc(marks, func(m uint64) bool { return m > 0 }))
+	if crashed {
 		failures++
 	}
-	f.mu.Lock()
-	f.partCtl = ft.NewController(f.bounds, len(j.parts), failures)
-	for _, u := range f.units {
-		u.ctl = ft.NewController(f.bounds, len(f.units), failures)
-	}
-	f.setThresholds()
-	f.windowEnd = f.spec.Window
-	rep.Thresholds = f.units[0].ctl.Thresholds()
-	f.mu.Unlock()
+	f.resetThresholds(len(j.parts), failures, rep)
 	rep.Failures = failures
 
 	f.recovered(base)
@@ -72,16 +48,10 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	// sequence number handed out, so the next recovery does not count the
 	// same loss again.
 	f.recovered(covered)
-	if hadData && !clean {
+	if crashed {
 		f.compensate(rep.LostRanges)
 	}
-	var alpha float64
-	for _, u := range f.units {
-		alpha = max(alpha, u.op.alpha())
-	}
-	rep.Bound = f.bounds.Promise(alpha, 1)
-	rep.Within = rep.Lost <= rep.Bound.Events
-	rep.Clean = clean && rep.Lost == 0
+	f.judge(rep, clean)
 	// Always full backups now: deltas build on them, and they store the
 	// failure count.
 	for _, u := range f.units {
@@ -89,6 +59,55 @@ func (j *Job) recover() (*RecoveryReport, error) {
 	}
 	rep.DurationMs = float64(time.Since(start).Microseconds()) / 1e3
 	return rep, nil
+}
+
+// restoreUnits restores each unit of state from its newest intact backup
+// chain. It returns, per partition, the last event the restored state
+// holds, the failure count the backups stored, and whether any backup was
+// restored.
+func (j *Job) restoreUnits(rep *RecoveryReport) (base []uint64, failures int, restored bool, err error) {
+	base = make([]uint64, len(j.parts))
+	for _, u := range j.ft.units {
+		meta, n, err := u.restore(rep)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		if n > 0 {
+			restored = true
+			failures = max(failures, meta.Failures)
+			for i, p := range u.parts {
+				base[p] = meta.LastSeqs[i]
+			}
+		}
+		rep.Backups += n
+	}
+	return base, failures, restored, nil
+}
+
+// resetThresholds starts AF-Stream's thresholds afresh for the failure
+// count: halved once per failure, so that a restart never loosens them.
+func (f *jobFT) resetThresholds(parts, failures int, rep *RecoveryReport) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.partCtl = ft.NewController(f.bounds, parts, failures)
+	for _, u := range f.units {
+		u.ctl = ft.NewController(f.bounds, len(f.units), failures)
+	}
+	f.setThresholds()
+	f.windowEnd = f.spec.Window
+	rep.Thresholds = f.units[0].ctl.Thresholds()
+}
+
+// judge states the bound the recovery promised and whether the loss kept
+// it.
+func (f *jobFT) judge(rep *RecoveryReport, clean bool) {
+	var alpha float64
+	for _, u := range f.units {
+		alpha = max(alpha, u.op.alpha())
+	}
+	rep.Bound = f.bounds.Promise(alpha, 1)
+	rep.Within = rep.Lost <= rep.Bound.Events
+	rep.Clean = clean && rep.Lost == 0
 }
 
 // replayLogs replays every partition's item log onto the restored state
