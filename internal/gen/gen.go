@@ -17,6 +17,11 @@
 //
 // A Generator is a plain value: deterministic for a seed, with no clock
 // (timestamps advance by about 10 ms per event from 2024-01-01T00:00:00Z).
+//
+// Demo wraps a Generator for `mlstream demo`: click ids, purchases that
+// name their click, totals to check a join against, and a position that
+// can be saved and restored. JoinEvents makes a plain two-stream join
+// workload with a known COUNT.
 package gen
 
 import (
