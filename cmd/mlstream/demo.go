@@ -222,15 +222,14 @@ func (d *demoGenerator) run(ctx context.Context) {
 		if due <= 0 {
 			continue
 		}
-		due = min(due, d.rate) // after a stall, do not burst more than a second's worth
+		if due > d.rate { // after a stall, keep the pace rather than catch up in bursts
+			sent += due - d.rate
+			due = d.rate
+		}
 		if d.limit > 0 {
 			due = min(due, d.limit-d.src.Totals().Events)
 		}
-		clicks, purchases = clicks[:0], purchases[:0]
-		base := time.Now().UnixMilli() - tick.Milliseconds()
-		for k := range due {
-			_, clicks, purchases = d.src.Next(base+int64(k)*tick.Milliseconds()/int64(due), clicks, purchases)
-		}
+		clicks, purchases = d.batch(due, tick, clicks[:0], purchases[:0])
 		if !d.postBatch(ctx, clicks, purchases) {
 			return // stopped mid-batch: the batch is generated again after a restart
 		}
@@ -241,6 +240,16 @@ func (d *demoGenerator) run(ctx context.Context) {
 			lastSave = time.Now()
 		}
 	}
+}
+
+// batch generates n events spread over the tick that just ended, with
+// the wall clock as event time, appended to clicks and purchases.
+func (d *demoGenerator) batch(n int, tick time.Duration, clicks, purchases []byte) ([]byte, []byte) {
+	base := time.Now().UnixMilli() - tick.Milliseconds()
+	for k := range n {
+		_, clicks, purchases = d.src.Next(base+int64(k)*tick.Milliseconds()/int64(n), clicks, purchases)
+	}
+	return clicks, purchases
 }
 
 // postBatch posts the clicks, then their purchases, each retried while
