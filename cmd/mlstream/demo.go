@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/mlstream/mlstream/api"
@@ -39,6 +42,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *rate <= 0 {
 		return fmt.Errorf("--rate must be positive, got %d", *rate)
 	}
+	log, err := newLogger(stderr, o.logLevel, o.logFormat)
+	if err != nil {
+		return err
+	}
 	o.extraSpecs = demoSpecs()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -46,19 +53,26 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	started := false
 	o.ready = func(l listening) {
 		started = true
-		demoBanner(stdout, l, *rate, *drift)
+		// serve holds the data directory's lock now: the saved position
+		// is ours to read.
+		d := demoGenerator{streams: l.url + "v1/streams/", rate: *rate, log: log}
+		if o.data != "" {
+			d.stateFile = filepath.Join(o.data, demoStateFile)
+		}
+		d.src = d.resume(gen.Config{Seed: *seed, DriftAfter: *drift})
+		demoBanner(stdout, l, *rate, *drift, d.src)
 		// The generator posts over HTTP like any client: with tokens
 		// configured, with one of its own that nobody else sees.
-		c := poster{client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: l.clientTLS}}}
+		d.client = poster{client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: l.clientTLS}}}
 		if l.auth != nil {
-			c.token = l.auth.Ephemeral(api.ScopeIngest)
+			d.client.token = l.auth.Ephemeral(api.ScopeIngest)
 		}
 		go func() {
 			defer close(genDone)
-			generate(ctx, c, l.url+"v1/streams/", gen.Config{Seed: *seed, DriftAfter: *drift}, *rate, slog.Default())
+			d.run(ctx)
 		}()
 	}
-	err := serve(ctx, o)
+	err = serve(ctx, o)
 	cancel()
 	if started {
 		select {
@@ -82,22 +96,36 @@ func demoSpecs() []runtime.Spec {
 		Name: "users", Kind: "distinct", Input: demoStream,
 		Params: map[string]any{"field": "key"},
 	}, {
-		// Purchases come up to 2 s of event time after their click and are
-		// posted in the same tick: a minute of lateness covers them and
-		// stalls of the generator.
+		// Every click has an id and a purchase names the click it follows
+		// by 0 to 2 s: joined on the id within 2 s, each purchase matches
+		// its click and nothing else (joined on the user, every click of a
+		// busy user would match each of their purchases, before or after).
+		// Purchases are posted in the same tick as their clicks with later
+		// event times: a lateness of 10 s covers that and the generator's
+		// retries, and keeps about 12 s of events in state.
 		Name: "conversions", Kind: "join", Left: demoStream, Right: purchaseStream,
-		Params: map[string]any{"on": "key", "within": "5s", "allowed_lateness": "1m", "value": "amount", "value_side": "right",
+		Params: map[string]any{"on": "click", "within": "2s", "allowed_lateness": "10s", "value": "amount", "value_side": "right",
 			"window": "10s", "max_state": "16MiB"},
 	}}
 }
 
 // demoBanner tells the user where the dashboard is and what runs.
-func demoBanner(stdout io.Writer, l listening, rate, drift int) {
+func demoBanner(stdout io.Writer, l listening, rate, drift int, src *gen.Demo) {
 	url := l.url
 	fmt.Fprintf(stdout, "mlstream demo: dashboard at %s\n", url)
-	fmt.Fprintf(stdout, "  job %q (logreg) learns from stream %q: %d events/s from a known true model, which drifts after %d events\n", demoJob, demoStream, rate, drift)
+	phase := fmt.Sprintf("which drifts after %d events", drift)
+	switch {
+	case drift == 0:
+		phase = "which never drifts"
+	case src.Drifted():
+		phase = fmt.Sprintf("which drifted after %d events", drift)
+	}
+	fmt.Fprintf(stdout, "  job %q (logreg) learns from stream %q: %d events/s from a known true model, %s\n", demoJob, demoStream, rate, phase)
+	if n := src.Totals().Events; n > 0 {
+		fmt.Fprintf(stdout, "  the generator resumes at event %d, where the last run stopped\n", n)
+	}
 	fmt.Fprintf(stdout, "  jobs \"top-features\" (heavy hitters, 10 s windows) and \"users\" (distinct keys) read it too\n")
-	fmt.Fprintf(stdout, "  job \"conversions\" joins it with stream %q (a purchase after some clicks) within 5 s\n", purchaseStream)
+	fmt.Fprintf(stdout, "  job \"conversions\" joins each purchase of stream %q with the click it follows by 0-2 s (on \"click\", within 2 s; SUM of amounts)\n", purchaseStream)
 	if l.auth != nil {
 		fmt.Fprintf(stdout, "  try: curl -H \"Authorization: Bearer $READ_TOKEN\" %sv1/jobs/%s   |   Ctrl-C stops\n", url, demoJob)
 	} else {
@@ -105,75 +133,191 @@ func demoBanner(stdout io.Writer, l listening, rate, drift int) {
 	}
 }
 
-// generate posts generated events to the demo stream under streams (the
-// URL of /v1/streams/) at about rate events/s, in batches every 50ms, until
-// ctx ends, and for some clicks (positive labels) a purchase up to 2 s of
-// event time later to the purchase stream. It honours 429's
-// retry_after_ms.
-func generate(ctx context.Context, client poster, streams string, cfg gen.Config, rate int, log *slog.Logger) {
-	g := gen.New(cfg)
-	r := rand.New(rand.NewPCG(uint64(cfg.Seed), 99))
-	var purchases []byte
+// demoStateFile, in the data directory, holds the generator's position,
+// so that a restarted demo goes on in the phase (before or after the
+// drift) of the model it restores. It is rewritten every demoSaveEvery
+// and when the generator stops.
+const (
+	demoStateFile = "demo-generator.json"
+	demoSaveEvery = 5 * time.Second
+)
+
+// demoGenerator posts the demo's events to the streams under streams (the
+// URL of /v1/streams/) at about rate events/s, in batches every 50ms:
+// clicks to the demo stream and purchases to the purchase stream.
+type demoGenerator struct {
+	src       *gen.Demo
+	client    poster
+	streams   string
+	rate      int
+	limit     int    // stop after this many events in all (0: until ctx ends)
+	stateFile string // "": the position is not kept
+	log       *slog.Logger
+	lost      int // events of batches the service did not take
+}
+
+// resume returns the source at the saved position, or at the start when
+// there is none or it does not fit cfg (then it says why).
+func (d *demoGenerator) resume(cfg gen.Config) *gen.Demo {
+	if d.stateFile == "" {
+		return gen.NewDemo(cfg)
+	}
+	data, err := os.ReadFile(d.stateFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return gen.NewDemo(cfg)
+	}
+	var st gen.DemoState
+	if err == nil {
+		err = json.Unmarshal(data, &st)
+	}
+	var src *gen.Demo
+	if err == nil {
+		src, err = gen.RestoreDemo(cfg, st)
+	}
+	if err != nil {
+		d.log.Warn("demo generator: saved position not used, starting over", "file", d.stateFile, "err", err)
+		return gen.NewDemo(cfg)
+	}
+	t := src.Totals()
+	d.log.Info("demo generator resumed", "events", t.Events, "drifted", src.Drifted(), "purchases", t.Purchases)
+	return src
+}
+
+// save writes st to the state file atomically: a crash leaves the old
+// position or the new one.
+func (d *demoGenerator) save(st gen.DemoState) {
+	if d.stateFile == "" {
+		return
+	}
+	data, err := json.Marshal(st)
+	if err == nil {
+		err = writeFileAtomic(d.stateFile, data)
+	}
+	if err != nil {
+		d.log.Warn("demo generator: saving its position", "file", d.stateFile, "err", err)
+	}
+}
+
+// run generates and posts until ctx ends or the limit is reached, then
+// saves the position after the last batch it posted. Event time is the
+// wall clock, spread over each tick: a restarted demo goes on in time
+// (the generator's own clock would start over and its events fall behind
+// the windows of the run before).
+func (d *demoGenerator) run(ctx context.Context) {
 	const tick = 50 * time.Millisecond
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	start := time.Now()
-	sent := 0
-	var body []byte
-	for {
+	posted := d.src.State() // the position after the last batch posted
+	defer func() { d.save(posted) }()
+	lastSave := time.Now()
+	start, sent := time.Now(), 0
+	var clicks, purchases []byte
+	for d.limit == 0 || d.src.Totals().Events < d.limit {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		due := int(time.Since(start).Seconds()*float64(rate)) - sent
+		due := int(time.Since(start).Seconds()*float64(d.rate)) - sent
 		if due <= 0 {
 			continue
 		}
-		due = min(due, rate) // after a stall, do not burst more than a second's worth
-		body, purchases = body[:0], purchases[:0]
-		// Event time is the wall clock, spread over the tick: a restarted
-		// demo goes on in time (the generator's own clock would start over
-		// and its events fall behind the windows of the run before).
-		base := time.Now().UnixMilli()
-		for k := range due {
-			ev := g.Next()
-			ev.TS = base - int64(tick/time.Millisecond) + int64(k)*int64(tick/time.Millisecond)/int64(due)
-			body = ev.AppendJSON(body)
-			body = append(body, '\n')
-			if ev.Label && r.IntN(3) == 0 {
-				purchases = fmt.Appendf(purchases, "{\"key\":%q,\"ts\":%d,\"amount\":%d}\n", ev.Key, ev.TS+r.Int64N(2000), 5+r.IntN(95))
-			}
+		if due > d.rate { // after a stall, keep the pace rather than catch up in bursts
+			sent += due - d.rate
+			due = d.rate
 		}
-		var wait time.Duration
-		for _, req := range []struct {
-			stream string
-			body   []byte
-		}{{demoStream, body}, {purchaseStream, purchases}} {
-			if len(req.body) == 0 {
-				continue
-			}
-			w, err := client.post(ctx, streams+req.stream+"/events", req.body)
-			if err != nil && ctx.Err() == nil {
-				log.Warn("demo generator", "stream", req.stream, "err", err)
-			}
-			wait = max(wait, w)
+		if d.limit > 0 {
+			due = min(due, d.limit-d.src.Totals().Events)
+		}
+		clicks, purchases = d.batch(due, tick, clicks[:0], purchases[:0])
+		if !d.postBatch(ctx, clicks, purchases) {
+			return // stopped mid-batch: the batch is generated again after a restart
 		}
 		sent += due
-		if wait > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
+		posted = d.src.State()
+		if time.Since(lastSave) >= demoSaveEvery {
+			d.save(posted)
+			lastSave = time.Now()
 		}
 	}
+}
+
+// batch generates n events spread over the tick that just ended, with
+// the wall clock as event time, appended to clicks and purchases.
+func (d *demoGenerator) batch(n int, tick time.Duration, clicks, purchases []byte) ([]byte, []byte) {
+	base := time.Now().UnixMilli() - tick.Milliseconds()
+	for k := range n {
+		_, clicks, purchases = d.src.Next(base+int64(k)*tick.Milliseconds()/int64(n), clicks, purchases)
+	}
+	return clicks, purchases
+}
+
+// postBatch posts the clicks, then their purchases, each retried while
+// the service answers 429. It returns false when ctx ended first; a batch
+// the service refused otherwise is logged and counted as lost.
+func (d *demoGenerator) postBatch(ctx context.Context, clicks, purchases []byte) bool {
+	for _, req := range []struct {
+		stream string
+		body   []byte
+	}{{demoStream, clicks}, {purchaseStream, purchases}} {
+		if len(req.body) == 0 {
+			continue
+		}
+		err := d.client.deliver(ctx, d.streams+req.stream+"/events", req.body)
+		if ctx.Err() != nil {
+			return false
+		}
+		if err != nil {
+			d.lost += bytes.Count(req.body, []byte{'\n'})
+			d.log.Warn("demo generator: batch lost", "stream", req.stream, "err", err)
+		}
+	}
+	return true
+}
+
+// writeFileAtomic replaces path with data: written to a temporary file in
+// the same directory, synced, then renamed over it.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
 }
 
 // poster posts the demo's events, with a bearer token when it has one.
 type poster struct {
 	client *http.Client
 	token  string
+}
+
+// deliver posts body until the service takes it, waiting as told after
+// each 429, or until ctx ends.
+func (p poster) deliver(ctx context.Context, url string, body []byte) error {
+	for {
+		wait, err := p.post(ctx, url, body)
+		if wait == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
 
 // post sends one NDJSON body; on 429 it returns how long to wait.

@@ -17,9 +17,6 @@ import (
 	"syscall"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 const usage = `mlstream: online learning, synopses and joins on event streams.
 
 Usage:
@@ -29,7 +26,7 @@ Usage:
   mlstream demo   [--addr 127.0.0.1:8080] [--rate 2000]        the service with a demo job and a built-in event generator
   mlstream replay FILE --stream S [--url URL] [--rate R] [--batch N]
                                                                stream an NDJSON file to a server
-  mlstream version                                             print the version
+  mlstream version                                             print the version, commit and Go version
 
 Listening beyond loopback needs bearer tokens (--auth-file, or
 MLSTREAM_TOKENS=admin:TOKEN) or --insecure-no-auth.
@@ -57,7 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "replay":
 		err = runReplay(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "mlstream", version)
+		readBuildInfo().print(stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:

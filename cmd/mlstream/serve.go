@@ -214,7 +214,7 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	opts := &slog.HandlerOptions{Level: l}
+	opts := &slog.HandlerOptions{Level: l, ReplaceAttr: durationString}
 	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -222,6 +222,17 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format must be text or json, got %q", format)
+}
+
+// durationString writes durations as Go duration strings ("1.5s") in
+// both formats: the JSON handler would write integer nanoseconds, which
+// readers take for milliseconds or seconds. Fields that carry a unit in
+// their name (duration_ms) are plain numbers and stay as they are.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -261,7 +272,7 @@ func serve(ctx context.Context, o serverOptions) error {
 		defer storage.Close()
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), readBuildInfo().collector())
 	engine, err := startEngine(o, specs, storage, reg, log)
 	if err != nil {
 		return err

@@ -17,6 +17,11 @@
 //
 // A Generator is a plain value: deterministic for a seed, with no clock
 // (timestamps advance by about 10 ms per event from 2024-01-01T00:00:00Z).
+//
+// Demo wraps a Generator for `mlstream demo`: click ids, purchases that
+// name their click, totals to check a join against, and a position that
+// can be saved and restored. JoinEvents makes a plain two-stream join
+// workload with a known COUNT.
 package gen
 
 import (
@@ -86,6 +91,7 @@ type trueModel struct {
 // Generator produces events. It is not safe for concurrent use.
 type Generator struct {
 	cfg     Config
+	src     *rand.PCG // rng's source, whose state State saves
 	rng     *rand.Rand
 	n       int
 	vocab   []string
@@ -105,9 +111,11 @@ func New(cfg Config) *Generator {
 		cfg.Words = DefaultWords
 	}
 	seed := uint64(cfg.Seed)
+	src := rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)
 	g := &Generator{
 		cfg:     cfg,
-		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		src:     src,
+		rng:     rand.New(src),
 		vocab:   make([]string, cfg.Vocabulary),
 		wordCDF: zipfCDF(cfg.Vocabulary, 1.0, 3),
 		userCDF: zipfCDF(10000, 1.1, 1),
@@ -251,6 +259,11 @@ type Event struct {
 // Count returns the number of events generated so far.
 func (g *Generator) Count() int { return g.n }
 
+// Drifted reports whether the next event comes from the drifted true
+// model: Config.DriftAfter is set and that many events have been
+// generated.
+func (g *Generator) Drifted() bool { return g.cfg.DriftAfter > 0 && g.n >= g.cfg.DriftAfter }
+
 // Next returns the next event.
 func (g *Generator) Next() Event {
 	r := g.rng
@@ -287,7 +300,7 @@ func (g *Generator) Next() Event {
 	}
 
 	m := &g.models[0]
-	if g.cfg.DriftAfter > 0 && g.n >= g.cfg.DriftAfter {
+	if g.Drifted() {
 		m = &g.models[1]
 	}
 	z := m.bias + m.amount*amount + m.wordCount*wc + m.link*float64(links) +
@@ -368,8 +381,18 @@ func sortedKeys[V any](m map[string]V, buf []string) []string {
 // under each word's own name ("kalo":2 for two occurrences). Hashing that
 // object as the service does gives exactly Features. Vocabulary words never
 // equal a field name. TrueP is not written.
-func (e Event) AppendJSON(dst []byte) []byte {
-	dst = append(dst, `{"key":`...)
+func (e Event) AppendJSON(dst []byte) []byte { return e.appendJSON(dst, -1) }
+
+// appendJSON is AppendJSON with a leading "click":click field when click
+// is not negative.
+func (e Event) appendJSON(dst []byte, click int) []byte {
+	dst = append(dst, '{')
+	if click >= 0 {
+		dst = append(dst, `"click":`...)
+		dst = strconv.AppendInt(dst, int64(click), 10)
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"key":`...)
 	dst = appendString(dst, e.Key)
 	dst = append(dst, `,"ts":`...)
 	dst = strconv.AppendInt(dst, e.TS, 10)
