@@ -328,6 +328,7 @@ func (h *HeavyHitters) Merge(o *HeavyHitters) {
 	h.errs = h.errs[:0]
 	h.dirty = h.dirty[:0]
 	clear(h.marked)
+	clear(h.rekeyed)
 	h.index.clear()
 	for i, e := range ents {
 		id := int32(i)
