@@ -22,8 +22,9 @@ const maxBackup = 1 << 30
 
 // Backup kinds, the byte after the magic.
 const (
-	kindFull  = wire.KindFull
-	kindDelta = wire.KindDelta
+	kindFull   = wire.KindFull
+	kindDelta  = wire.KindDelta
+	kindDelta2 = wire.KindDelta2
 )
 
 func readAll(r io.Reader) ([]byte, error) { return wire.ReadAll(r, maxBackup, ErrCorrupt) }
@@ -33,6 +34,7 @@ type dec = wire.Dec
 func newDec(b []byte) *dec { return wire.NewDec(b, ErrCorrupt) }
 
 var (
-	appendHeader = wire.AppendHeader
-	appendStr    = wire.AppendStr
+	appendHeader     = wire.AppendHeader
+	appendHeaderKind = wire.AppendHeaderKind
+	appendStr        = wire.AppendStr
 )

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/bits"
 	"slices"
 
 	"github.com/mlstream/mlstream/ft"
@@ -41,6 +42,7 @@ type HeavyHitters struct {
 	slots    []hhSlot   // counter id → item and count at the backup
 	errs     []uint64   // counter id → overestimation error
 	marked   []uint64   // bitset: counter id changed since the backup (in dirty)
+	rekeyed  []uint64   // bitset: counter id took a new item since the backup
 	index    index      // item → counter id
 	heap     []hhEntry  // counts by increasing count (stream-summary, see summary.go); counts live only here
 	pos      []int32    // counter id → position in heap
@@ -87,6 +89,7 @@ func newHH(capacity, prealloc int) *HeavyHitters {
 		slots:    make([]hhSlot, 0, prealloc),
 		errs:     make([]uint64, 0, prealloc),
 		marked:   make([]uint64, (capacity+63)/64),
+		rekeyed:  make([]uint64, (capacity+63)/64),
 		index:    newIndex(capacity),
 		heap:     make([]hhEntry, 0, prealloc),
 		pos:      make([]int32, 0, prealloc),
@@ -137,6 +140,7 @@ func (h *HeavyHitters) Update(item string, w uint64) {
 		h.push(id, c)
 		h.index.insertAt(at, x, id)
 		h.touch(id, c)
+		setBit(h.rekeyed, id)
 		return
 	}
 	// Replace the item with the smallest count: the new item may have
@@ -156,21 +160,26 @@ func (h *HeavyHitters) Update(item string, w uint64) {
 	h.errs[id] = m
 	h.increase(0, w)
 	h.touch(id, m+w)
+	setBit(h.rekeyed, id)
 }
+
+func setBit(b []uint64, id int32) { b[id>>6] |= 1 << (id & 63) }
+
+func hasBit(b []uint64, id int32) bool { return b[id>>6]&(1<<(id&63)) != 0 }
 
 // touch records that counter id now holds count c, for the divergence and
 // the next delta.
 func (h *HeavyHitters) touch(id int32, c uint64) {
 	b := h.slots[id].backed
 	h.div = max(h.div, max(c, b)-min(c, b))
-	if h.marked[id>>6]&(1<<(id&63)) == 0 {
+	if !hasBit(h.marked, id) {
 		h.mark(id)
 	}
 }
 
 // mark adds counter id to the next delta (touch's rare path, not inlined).
 func (h *HeavyHitters) mark(id int32) {
-	h.marked[id>>6] |= 1 << (id & 63)
+	setBit(h.marked, id)
 	h.dirty = append(h.dirty, id)
 }
 
@@ -245,6 +254,7 @@ func (h *HeavyHitters) Clone() *HeavyHitters {
 	c.dirty = slices.Clone(h.dirty)
 	c.errs = slices.Clone(h.errs)
 	c.marked = slices.Clone(h.marked)
+	c.rekeyed = slices.Clone(h.rekeyed)
 	c.index = h.index.clone()
 	c.scratch = nil // h's own
 	return &c
@@ -318,13 +328,15 @@ func (h *HeavyHitters) Merge(o *HeavyHitters) {
 	h.errs = h.errs[:0]
 	h.dirty = h.dirty[:0]
 	clear(h.marked)
+	clear(h.rekeyed)
 	h.index.clear()
 	for i, e := range ents {
 		id := int32(i)
 		x := hashKey(e.key)
 		h.slots = append(h.slots, hhSlot{key: e.key, hash: x, backed: e.backed})
 		h.errs = append(h.errs, e.err)
-		h.marked[id>>6] |= 1 << (id & 63)
+		setBit(h.marked, id)
+		setBit(h.rekeyed, id) // counter ids are reassigned
 		h.heap = append(h.heap, hhEntry{count: e.count, id: id})
 		h.pos = append(h.pos, 0)
 		h.index.insert(x, id)
@@ -353,9 +365,16 @@ func (h *HeavyHitters) Dirty() int { return len(h.dirty) }
 const hhMagic = "SSHH"
 
 // BackupState writes all counters when full, else the counters changed since
-// the previous backup (item, count, error) and the summary's totals; then
-// the divergence restarts from 0.
+// the previous backup and the summary's totals; then the divergence
+// restarts from 0. A delta (kindDelta2) lists the changed counters in
+// ascending id order, each that kept its item as the increase of its count
+// alone (no item, no error: most of a delta under a skewed stream, where
+// the same heavy items keep growing), the others in full. Deltas of the
+// first format (kindDelta, every changed counter in full) are still read.
 func (h *HeavyHitters) BackupState(w io.Writer, full bool) error {
+	if !full {
+		h.sortDirty()
+	}
 	b := h.appendState(h.scratch[:0], full)
 	h.scratch = b
 	if _, err := w.Write(b); err != nil {
@@ -365,30 +384,68 @@ func (h *HeavyHitters) BackupState(w io.Writer, full bool) error {
 	return nil
 }
 
-// appendState encodes the state (all of it, or the dirty counters) without
-// touching the backup bookkeeping.
+// sortDirty puts the dirty counter ids in ascending order: from the bitset
+// when they are many (at most 64 bits scanned per id), else by sorting the
+// list.
+func (h *HeavyHitters) sortDirty() {
+	if len(h.dirty) < len(h.marked) {
+		slices.Sort(h.dirty)
+		return
+	}
+	d := h.dirty[:0]
+	for wi, m := range h.marked {
+		for m != 0 {
+			d = append(d, int32(wi<<6|bits.TrailingZeros64(m)))
+			m &= m - 1
+		}
+	}
+	h.dirty = d
+}
+
+// appendState encodes the state (all of it, or the dirty counters, which
+// must be in ascending order) without touching the backup bookkeeping.
 func (h *HeavyHitters) appendState(b []byte, full bool) []byte {
-	b = appendHeader(b, hhMagic, full)
+	kind := byte(kindDelta2)
+	if full {
+		kind = kindFull
+	}
+	b = appendHeaderKind(b, hhMagic, kind)
 	for _, v := range []uint64{uint64(h.capacity), uint64(len(h.slots)), h.total, h.floor, h.widen} {
 		b = binary.AppendUvarint(b, v)
 	}
 	if full {
 		b = binary.AppendUvarint(b, uint64(len(h.slots)))
 		for id := range h.slots {
+			b = binary.AppendUvarint(b, uint64(id))
 			b = h.appendCounter(b, int32(id))
 		}
-	} else {
-		b = binary.AppendUvarint(b, uint64(len(h.dirty)))
-		for _, id := range h.dirty {
-			b = h.appendCounter(b, id)
-		}
+		return b
+	}
+	b = binary.AppendUvarint(b, uint64(len(h.dirty)))
+	next := int32(0)
+	for _, id := range h.dirty {
+		b = h.appendChange(b, id-next, id)
+		next = id + 1
 	}
 	return b
 }
 
-// appendCounter encodes counter id: its item, count and error.
+// appendChange encodes dirty counter id, gap ids after the previous one:
+// gap<<1 then the count's increase since the backup if the counter kept
+// its item, else gap<<1|1 and the whole counter.
+func (h *HeavyHitters) appendChange(b []byte, gap, id int32) []byte {
+	c := h.heap[h.pos[id]].count
+	backed := h.slots[id].backed
+	if !hasBit(h.rekeyed, id) && c >= backed {
+		b = binary.AppendUvarint(b, uint64(gap)<<1)
+		return binary.AppendUvarint(b, c-backed)
+	}
+	b = binary.AppendUvarint(b, uint64(gap)<<1|1)
+	return h.appendCounter(b, id)
+}
+
+// appendCounter encodes counter id's item, count and error.
 func (h *HeavyHitters) appendCounter(b []byte, id int32) []byte {
-	b = binary.AppendUvarint(b, uint64(id))
 	b = appendStr(b, h.slots[id].key)
 	b = binary.AppendUvarint(b, h.heap[h.pos[id]].count)
 	return binary.AppendUvarint(b, h.errs[id])
@@ -400,6 +457,7 @@ func (h *HeavyHitters) markBacked() {
 		s := &h.slots[id]
 		s.backed = h.heap[h.pos[id]].count
 		h.marked[id>>6] &^= 1 << (id & 63)
+		h.rekeyed[id>>6] &^= 1 << (id & 63)
 	}
 	h.dirty = h.dirty[:0]
 	h.div = 0
@@ -426,83 +484,168 @@ func (h *HeavyHitters) RecoverState(r io.Reader) error {
 	return nil
 }
 
+// hhTotals are the fields every backup starts with.
+type hhTotals struct {
+	capacity, used, total, floor, widen uint64
+}
+
 // decodeState reads one backup from d and returns the state it leads to,
 // leaving h unchanged.
 func (h *HeavyHitters) decodeState(d *dec) (*HeavyHitters, error) {
-	kind := d.Header(hhMagic)
-	capacity := d.Uvarint()
-	used := d.Uvarint()
-	total, floor, widen := d.Uvarint(), d.Uvarint(), d.Uvarint()
+	kind := d.HeaderUpTo(hhMagic, kindDelta2)
+	t := hhTotals{capacity: d.Uvarint(), used: d.Uvarint()}
+	t.total, t.floor, t.widen = d.Uvarint(), d.Uvarint(), d.Uvarint()
 	if d.Err != nil {
 		return nil, d.Err
 	}
-	if capacity < 1 || capacity > MaxCounters || used > capacity {
-		return nil, fmt.Errorf("%w: %d of %d counters", ErrCorrupt, used, capacity)
+	if t.capacity < 1 || t.capacity > MaxCounters || t.used > t.capacity {
+		return nil, fmt.Errorf("%w: %d of %d counters", ErrCorrupt, t.used, t.capacity)
 	}
 	var n *HeavyHitters
+	var err error
 	if kind == kindFull {
-		if used > uint64(len(d.B)/4) {
-			return nil, fmt.Errorf("%w: %d counters in %d bytes", ErrCorrupt, used, len(d.B))
-		}
-		n = newHH(int(capacity), int(used))
-		n.slots = n.slots[:used]
-		n.errs = n.errs[:used]
-		n.heap = n.heap[:used]
-		n.pos = n.pos[:used]
-		for i := range n.pos {
-			n.pos[i] = int32(i)
-			n.heap[i].id = -1
-		}
+		n, err = h.fullBase(t, len(d.B))
 	} else {
-		if h.capacity != int(capacity) || int(used) < len(h.slots) {
-			return nil, fmt.Errorf("%w: delta for %d of %d counters on %d of %d", ErrMismatch, used, capacity, len(h.slots), h.capacity)
-		}
-		if used-uint64(len(h.slots)) > uint64(len(d.B)/4) {
-			return nil, fmt.Errorf("%w: %d new counters in %d bytes", ErrCorrupt, used-uint64(len(h.slots)), len(d.B))
-		}
-		n = h.Clone()
-		for int(used) > len(n.slots) {
-			n.slots = append(n.slots, hhSlot{})
-			n.errs = append(n.errs, 0)
-			n.heap = append(n.heap, hhEntry{id: -1})
-			n.pos = append(n.pos, int32(len(n.pos)))
-		}
+		n, err = h.deltaBase(t, len(d.B))
 	}
-	n.total, n.floor, n.widen = total, floor, widen
+	if err != nil {
+		return nil, err
+	}
+	n.total, n.floor, n.widen = t.total, t.floor, t.widen
+	if kind == kindDelta2 {
+		err = n.decodeChanges(d, len(h.slots))
+	} else {
+		err = n.decodeCounters(d)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return n, n.restore()
+}
+
+// fullBase is the empty state a full snapshot fills: every counter unset
+// (id -1) until decodeCounters sets it.
+func (h *HeavyHitters) fullBase(t hhTotals, left int) (*HeavyHitters, error) {
+	if t.used > uint64(left/4) {
+		return nil, fmt.Errorf("%w: %d counters in %d bytes", ErrCorrupt, t.used, left)
+	}
+	n := newHH(int(t.capacity), int(t.used))
+	n.slots = n.slots[:t.used]
+	n.errs = n.errs[:t.used]
+	n.heap = n.heap[:t.used]
+	n.pos = n.pos[:t.used]
+	for i := range n.pos {
+		n.pos[i] = int32(i)
+		n.heap[i].id = -1
+	}
+	return n, nil
+}
+
+// deltaBase is a copy of h that a delta applies to, with the counters
+// created since h's backup added unset.
+func (h *HeavyHitters) deltaBase(t hhTotals, left int) (*HeavyHitters, error) {
+	if h.capacity != int(t.capacity) || int(t.used) < len(h.slots) {
+		return nil, fmt.Errorf("%w: delta for %d of %d counters on %d of %d", ErrMismatch, t.used, t.capacity, len(h.slots), h.capacity)
+	}
+	if t.used-uint64(len(h.slots)) > uint64(left/4) {
+		return nil, fmt.Errorf("%w: %d new counters in %d bytes", ErrCorrupt, t.used-uint64(len(h.slots)), left)
+	}
+	n := h.Clone()
+	for int(t.used) > len(n.slots) {
+		n.slots = append(n.slots, hhSlot{})
+		n.errs = append(n.errs, 0)
+		n.heap = append(n.heap, hhEntry{id: -1})
+		n.pos = append(n.pos, int32(len(n.pos)))
+	}
+	return n, nil
+}
+
+// decodeCounters reads counters written in full with their ids (a full
+// snapshot, or a delta of the first format) into n.
+func (n *HeavyHitters) decodeCounters(d *dec) error {
+	used := uint64(len(n.slots))
 	entries := d.Count(used, 4)
 	seen := make([]bool, used)
 	for range entries {
 		id := d.Uvarint()
-		key := d.Str()
-		count, errv := d.Uvarint(), d.Uvarint()
-		if d.Err != nil {
-			return nil, d.Err
+		if d.Err == nil && (id >= used || seen[id]) {
+			return fmt.Errorf("%w: counter %d", ErrCorrupt, id)
 		}
-		if id >= used || seen[id] || errv > count {
-			return nil, fmt.Errorf("%w: counter %d", ErrCorrupt, id)
+		if err := n.decodeCounter(d, id); err != nil {
+			return err
 		}
 		seen[id] = true
-		n.slots[id] = hhSlot{key: key, hash: hashKey(key), backed: count}
-		n.errs[id] = errv
-		n.heap[n.pos[id]] = hhEntry{count: count, id: int32(id)}
 	}
+	return d.Err
+}
+
+// decodeChanges reads a delta of kindDelta2 into n, where the counters
+// below old existed at the previous backup.
+func (n *HeavyHitters) decodeChanges(d *dec, old int) error {
+	used := uint64(len(n.slots))
+	entries := d.Count(used, 2)
+	next := uint64(0)
+	for range entries {
+		tag := d.Uvarint()
+		if d.Err != nil {
+			return d.Err
+		}
+		if tag>>1 >= used-next {
+			return fmt.Errorf("%w: counter %d+%d", ErrCorrupt, next, tag>>1)
+		}
+		id := next + tag>>1
+		next = id + 1
+		if tag&1 == 1 {
+			if err := n.decodeCounter(d, id); err != nil {
+				return err
+			}
+			continue
+		}
+		inc := d.Uvarint()
+		e := &n.heap[n.pos[id]]
+		if d.Err == nil && (id >= uint64(old) || e.count+inc < e.count) {
+			return fmt.Errorf("%w: increase of counter %d", ErrCorrupt, id)
+		}
+		e.count += inc
+	}
+	return d.Err
+}
+
+// decodeCounter reads counter id's item, count and error into n.
+func (n *HeavyHitters) decodeCounter(d *dec, id uint64) error {
+	key := d.Str()
+	count, errv := d.Uvarint(), d.Uvarint()
 	if d.Err != nil {
-		return nil, d.Err
+		return d.Err
 	}
+	if errv > count {
+		return fmt.Errorf("%w: counter %d", ErrCorrupt, id)
+	}
+	n.slots[id] = hhSlot{key: key, hash: hashKey(key)}
+	n.errs[id] = errv
+	n.heap[n.pos[id]] = hhEntry{count: count, id: int32(id)}
+	return nil
+}
+
+// restore checks a decoded state (every counter set, no item twice) and
+// rebuilds what backups do not carry: the index, the order, the backed
+// counts.
+func (n *HeavyHitters) restore() error {
 	n.index.clear()
 	for id, s := range n.slots {
 		if n.heap[n.pos[id]].id < 0 {
-			return nil, fmt.Errorf("%w: counter %d missing", ErrCorrupt, id)
+			return fmt.Errorf("%w: counter %d missing", ErrCorrupt, id)
 		}
 		if n.index.find(s.key, s.hash, n.slots) >= 0 {
-			return nil, fmt.Errorf("%w: item in two counters", ErrCorrupt)
+			return fmt.Errorf("%w: item in two counters", ErrCorrupt)
 		}
 		n.index.insert(s.hash, int32(id))
 		n.slots[id].backed = n.heap[n.pos[id]].count
 	}
 	n.dirty = n.dirty[:0]
 	clear(n.marked)
+	clear(n.rekeyed)
 	n.div = 0
 	n.rebuild()
-	return n, nil
+	return nil
 }

@@ -2,6 +2,8 @@ package synopses
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -379,5 +381,157 @@ func TestTopRecall(t *testing.T) {
 			t.Fatalf("recall %.2f < 0.99", recall)
 		}
 		checkBounds(t, "recall stream", h, exact)
+	}
+}
+
+// recoverChain recovers a fresh summary from backups applied in order.
+func recoverChain(t *testing.T, backups ...[]byte) *HeavyHitters {
+	t.Helper()
+	n := &HeavyHitters{}
+	for i, b := range backups {
+		if err := n.RecoverState(bytes.NewReader(b)); err != nil {
+			t.Fatalf("backup %d: %v", i, err)
+		}
+	}
+	return n
+}
+
+func backupBytes(t *testing.T, h *HeavyHitters, full bool) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := h.BackupState(&buf, full); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// A counter that kept its item since the last backup costs the delta its
+// position and count increase only: no item bytes, no error.
+func TestHeavyHittersDeltaOmitsKeptItems(t *testing.T) {
+	h := NewHeavyHitters(500)
+	for i := range 500 {
+		h.Update(fmt.Sprintf("item-with-a-long-name-%04d", i), uint64(1+i))
+	}
+	full := backupBytes(t, h, true)
+	for i := 0; i < 500; i += 2 {
+		h.Update(fmt.Sprintf("item-with-a-long-name-%04d", i), 3)
+	}
+	delta := backupBytes(t, h, false)
+	if bytes.Contains(delta, []byte("item-with")) {
+		t.Fatal("delta carries the items of counters that kept them")
+	}
+	// 250 changed counters: a gap byte and a count byte each, plus totals.
+	if len(delta) > 250*2+32 {
+		t.Fatalf("delta of 250 increases is %d bytes", len(delta))
+	}
+	// Evict: the new items must be in the next delta in full.
+	h.Update("newcomer-a", 1000) // not the next one evicted
+	h.Update("newcomer-b", 1)
+	delta2 := backupBytes(t, h, false)
+	if !bytes.Contains(delta2, []byte("newcomer-a")) || !bytes.Contains(delta2, []byte("newcomer-b")) {
+		t.Fatal("delta lacks the items that took over counters")
+	}
+	n := recoverChain(t, full, delta, delta2)
+	if !slices.Equal(n.Items(), h.Items()) || n.Total() != h.Total() || n.MaxUntracked() != h.MaxUntracked() {
+		t.Fatal("recovered state differs")
+	}
+	checkInvariants(t, n)
+}
+
+// appendOldDelta writes a delta in the first format (every dirty counter
+// in full, with its id), as backups written before the compact format are.
+func appendOldDelta(h *HeavyHitters) []byte {
+	b := appendHeader(nil, hhMagic, false)
+	for _, v := range []uint64{uint64(h.capacity), uint64(len(h.slots)), h.total, h.floor, h.widen, uint64(len(h.dirty))} {
+		b = binary.AppendUvarint(b, v)
+	}
+	for _, id := range h.dirty {
+		b = binary.AppendUvarint(b, uint64(id))
+		b = h.appendCounter(b, id)
+	}
+	h.markBacked()
+	return b
+}
+
+// Deltas of the first format, already on disk, still recover.
+func TestHeavyHittersFirstDeltaFormat(t *testing.T) {
+	ev := zipfStream(5, 30_000, 3_000, 1.1)
+	h := NewHeavyHitters(200)
+	feed(h, ev[:10_000])
+	full := backupBytes(t, h, true)
+	feed(h, ev[10_000:20_000])
+	old := appendOldDelta(h)
+	feed(h, ev[20_000:])
+	n := recoverChain(t, full, old, backupBytes(t, h, false))
+	if !slices.Equal(n.Items(), h.Items()) {
+		t.Fatal("recovered state differs")
+	}
+}
+
+// Compact deltas that do not fit the state they are applied to are
+// rejected, leaving it unchanged.
+func TestHeavyHittersCompactDeltaCorrupt(t *testing.T) {
+	h := NewHeavyHitters(4)
+	h.Update("a", 2)
+	full := backupBytes(t, h, true)
+	h.Update("a", 1) // an increase of counter 0
+	h.Update("b", 1) // counter 1, new since the full backup
+	delta := backupBytes(t, h, false)
+	header := appendHeaderKind(nil, hhMagic, kindDelta2)
+	totals := delta[len(header) : len(header)+5] // capacity 4, used 2, total 4, floor 0, widen 0
+	cases := map[string][]byte{
+		// Counter 1 did not exist at the backup: it cannot be an increase.
+		"increase of a new counter": append(slices.Concat(header, totals), 2, 0<<1, 1, 0<<1, 1),
+		// A gap past the used counters.
+		"gap out of range": append(slices.Concat(header, totals), 1, 2<<1, 1),
+		// Counter 1 missing.
+		"new counter missing": append(slices.Concat(header, totals), 1, 0<<1, 1),
+		"truncated":           delta[:len(delta)-1],
+	}
+	for name, b := range cases {
+		n := recoverChain(t, full)
+		before := n.Items()
+		err := n.RecoverState(bytes.NewReader(b))
+		if !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: err %v", name, err)
+		}
+		if !slices.Equal(n.Items(), before) {
+			t.Errorf("%s: state changed", name)
+		}
+	}
+	if n := recoverChain(t, full, delta); !slices.Equal(n.Items(), h.Items()) {
+		t.Fatal("the valid delta does not recover")
+	}
+}
+
+// hashKey spreads short keys (the one-multiply path of 4 to 8 bytes among
+// them) over the index's home positions, the top bits: 100,000 keys of each
+// shape, into 8,192 homes as at 2,000 counters, fill no home beyond a few
+// times the mean, and no two keys share the 39 bits the index compares.
+func TestHashKeySpread(t *testing.T) {
+	shapes := map[string]func(i int) string{
+		"k<n>":         func(i int) string { return "k" + strconv.Itoa(i) },
+		"8 digits":     func(i int) string { return fmt.Sprintf("%08d", i) },
+		"4 bytes":      func(i int) string { return string([]byte{byte(i), byte(i >> 8), byte(i >> 16), 'x'}) },
+		"user-<n>":     func(i int) string { return "user-" + strconv.Itoa(i) },
+		"long prefix":  func(i int) string { return "customer-" + strconv.Itoa(i) },
+		"3 bytes":      func(i int) string { return string([]byte{byte(i), byte(i >> 8), byte(i >> 16)}) },
+		"middle bytes": func(i int) string { return fmt.Sprintf("a%05db", i) },
+	}
+	const n, homes = 100_000, 8192
+	for name, key := range shapes {
+		seen := make(map[uint64]bool, n)
+		var load [homes]int
+		for i := range n {
+			x := hashKey(key(i))
+			if seen[x>>idBits] {
+				t.Fatalf("%s: two keys hash alike", name)
+			}
+			seen[x>>idBits] = true
+			load[x>>(64-13)]++
+		}
+		if m := slices.Max(load[:]); m > 4*n/homes {
+			t.Errorf("%s: a home holds %d keys, mean %d", name, m, n/homes)
+		}
 	}
 }

@@ -15,6 +15,10 @@ import (
 const (
 	KindFull  = 0
 	KindDelta = 1
+	// KindDelta2 is a delta in an owner's second, more compact format (the
+	// first stays readable); only owners that ask for it via HeaderUpTo
+	// accept it.
+	KindDelta2 = 2
 )
 
 // ReadAll reads r to its end, failing with corrupt (wrapped) past limit
@@ -141,8 +145,12 @@ func (d *Dec) Str() string {
 	return string(d.Bytes(n))
 }
 
-// Header checks the magic and version 1 and returns the kind.
-func (d *Dec) Header(magic string) byte {
+// Header checks the magic and version 1 and returns the kind, full or
+// delta.
+func (d *Dec) Header(magic string) byte { return d.HeaderUpTo(magic, KindDelta) }
+
+// HeaderUpTo is Header for an owner that also writes kinds up to last.
+func (d *Dec) HeaderUpTo(magic string, last byte) byte {
 	if string(d.Bytes(len(magic))) != magic {
 		d.Fail("not a %s backup", magic)
 		return 0
@@ -151,7 +159,7 @@ func (d *Dec) Header(magic string) byte {
 		d.Fail("%s backup version %d", magic, v)
 	}
 	k := d.Byte()
-	if k != KindFull && k != KindDelta {
+	if k > last {
 		d.Fail("%s backup kind %d", magic, k)
 	}
 	return k
@@ -165,14 +173,18 @@ func (d *Dec) End() error {
 	return d.Err
 }
 
-// AppendHeader starts a backup: magic, version 1, kind.
+// AppendHeader starts a backup: magic, version 1, kind full or delta.
 func AppendHeader(b []byte, magic string, full bool) []byte {
-	b = append(b, magic...)
-	b = append(b, 1)
 	if full {
-		return append(b, KindFull)
+		return AppendHeaderKind(b, magic, KindFull)
 	}
-	return append(b, KindDelta)
+	return AppendHeaderKind(b, magic, KindDelta)
+}
+
+// AppendHeaderKind starts a backup of the given kind.
+func AppendHeaderKind(b []byte, magic string, kind byte) []byte {
+	b = append(b, magic...)
+	return append(b, 1, kind)
 }
 
 func AppendStr(b []byte, s string) []byte {
