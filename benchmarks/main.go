@@ -56,7 +56,7 @@ func main() {
 	flag.StringVar(&plotsDir, "plots", "benchmarks/plots", "draw the figures as PNG files into this directory (empty: none)")
 	reps := flag.Int("reps", 5, "repetitions per measurement; the median is reported")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	sections := flag.String("sections", "core,synopses,join,peers,drizzle,ft,crash", "which tables: core (learning, ingest against parsing), synopses (heavy hitters, distinct), join (throughput, memory, estimates), peers (scikit-learn, Redis), drizzle (latency against throughput by group size), ft (Table 5 for logreg, heavy hitters, join; the Θ×L sweep), crash (kill -9 of the real binary: Figures 6-8, restart time)")
+	sections := flag.String("sections", "core,synopses,join,peers,redis-http,drizzle,ft,crash", "which tables: core (learning, ingest against parsing), synopses (heavy hitters, distinct), join (throughput, memory, estimates), peers (scikit-learn, Redis), redis-http (the real binary over HTTP against redis-cli --pipe, wall and CPU), drizzle (latency against throughput by group size), ft (Table 5 for logreg, heavy hitters, join; the Θ×L sweep), crash (kill -9 of the real binary: Figures 6-8, restart time)")
 	ftKinds := flag.String("ft-kinds", "logreg,heavy_hitters,join", "the kinds of Table 5 (section ft); the Θ×L sweep runs with logreg")
 	flag.Parse()
 	want := map[string]bool{}
@@ -112,6 +112,9 @@ func runSections(want map[string]bool, n, reps int, quick bool, ftKinds []string
 	}
 	if want["peers"] {
 		peersTables(quick)
+	}
+	if want["redis-http"] {
+		redisHTTPTable(quick, reps)
 	}
 	if want["drizzle"] {
 		drizzleTable(quick)

@@ -129,3 +129,34 @@ func BenchmarkPredictOptimizers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLearnVocab is the learning target's case: one Learner, FTRL with
+// the defaults (2^20 weights, adaptive scales), 20 features an event, over
+// distinct events drawn from a Zipf(1.1) vocabulary of 4k words (4k events)
+// and of 100k words (100k events: the slots touched outgrow the caches),
+// syncing every 1,000 events.
+func BenchmarkLearnVocab(b *testing.B) {
+	for _, c := range []struct {
+		name          string
+		events, vocab int
+	}{{"4k", benchN, 4000}, {"100k", 100_000, 100_000}} {
+		feats, labels := gen.FeatureEvents(c.events, c.vocab)
+		b.Run(c.name, func(b *testing.B) {
+			m, _ := learners.NewModel(learners.DefaultConfig())
+			l := m.NewLearner()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if i == len(feats) {
+					i = 0
+				}
+				l.Learn(feats[i], labels[i])
+				if l.Pending() == 1000 {
+					l.Sync()
+				}
+				i++
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
