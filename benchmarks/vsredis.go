@@ -279,14 +279,14 @@ func redisHTTPTable(quick bool, reps int) {
 	rh.port = rdb.Options().Addr[strings.LastIndexByte(rdb.Options().Addr, ':')+1:]
 	rh.redisPid = redisPid(rdb)
 	rh.redisName = "Redis " + redisVersion(context.Background(), rdb)
-	items, _, body := zipfStream(n)
+	items, counts, body := zipfStream(n)
 	rh.body, rh.ndjson = body, filepath.Join(dir, "items.ndjson")
 	if err := os.WriteFile(rh.ndjson, body, 0o644); err != nil {
 		panic(err)
 	}
 	rh.t = newTable("redis-http", "Ahead of Redis: mlstream over HTTP against redis-cli --pipe", "",
 		"system", "how", "items", "wall s", "items/s", "CPU s, all processes", "items per CPU s", "against", "÷ against, items/s", "÷ against, items per CPU s", "target")
-	rh.redisRows(items)
+	rh.redisRows(items, len(counts))
 	rh.mlstreamRows()
 	rh.t.Note = rh.note(note)
 	rh.t.Print()
@@ -309,8 +309,9 @@ func redisPid(rdb *redis.Client) int {
 
 // redisRows writes the RESP files and times redis-cli --pipe on each:
 // PFADD of one item a command, of redisBatch items a command, and
-// ZINCRBY of one item a command.
-func (rh *redisHTTP) redisRows(items []string) {
+// ZINCRBY of one item a command. It checks that Redis holds what it was
+// sent: a PFCOUNT near the distinct items, a ZCARD equal to them.
+func (rh *redisHTTP) redisRows(items []string, distinct int) {
 	type feed struct {
 		name, how, key string
 		cmds           int
@@ -338,8 +339,26 @@ func (rh *redisHTTP) redisRows(items []string) {
 		respCommands(file, f.write)
 		r := medianPipe(rh.reps, func() pipeRun { return redisPipe(rh.rdb, rh.port, rh.redisPid, f.key, file, f.cmds, len(items)) })
 		os.Remove(file)
+		rh.checkRedis(f.key, distinct)
 		rh.best[f.name] = r
 		rh.t.Row(rh.redisName, f.how, r.items, num(r.wall, "%.3f"), r.rate(), num(r.cpu, "%.2f"), r.cpuRate(), "-", "-", "-", "")
+	}
+}
+
+// checkRedis panics unless key holds the distinct items: a HyperLogLog
+// within 5% of them (its standard error is 0.81%), or a sorted set with
+// one member each.
+func (rh *redisHTTP) checkRedis(key string, distinct int) {
+	ctx := context.Background()
+	if key == "hll" {
+		est, err := rh.rdb.PFCount(ctx, key).Result()
+		if err != nil || float64(est) < 0.95*float64(distinct) || float64(est) > 1.05*float64(distinct) {
+			panic(fmt.Sprintf("Redis PFCOUNT %s = %d (%v) after the pipe; %d distinct items were sent", key, est, err, distinct))
+		}
+		return
+	}
+	if card, err := rh.rdb.ZCard(ctx, key).Result(); err != nil || card != int64(distinct) {
+		panic(fmt.Sprintf("Redis ZCARD %s = %d (%v) after the pipe; %d distinct items were sent", key, card, err, distinct))
 	}
 }
 
@@ -409,7 +428,7 @@ func (rh *redisHTTP) mlstreamConfig(what string, jobs, names []string, allFeeds 
 
 func (rh *redisHTTP) note(installed string) string {
 	return fmt.Sprintf("%s items drawn Zipf(1.1) from 100,000 (the stream of the Redis tables above), median of %d runs by wall time; the ratios divide figures of this one run. "+
-		"**%s**: redis-server started by this run on a loopback port without persistence; redis-cli --pipe sends a file of RESP commands, written before timing, as fast as the server takes them, and waits for the last reply (checked: no errors, one reply a command). "+
+		"**%s**: redis-server started by this run on a loopback port without persistence; redis-cli --pipe sends a file of RESP commands, written before timing, as fast as the server takes them, and waits for the last reply (checked: no errors, one reply a command; after, PFCOUNT within 5%% of the distinct items and ZCARD equal to them). "+
 		"Wall: redis-cli's run; CPU: redis-cli's (rusage) plus redis-server's over the run (the run time of its threads, /proc/PID/task/*/schedstat, in ns). "+
 		"**mlstream**: the real binary (go build ./cmd/mlstream), `serve` with no fault tolerance (--data \"\"), jobs declared in its config, fed the items as NDJSON lines {\"item\": ...} over HTTP on loopback. "+
 		"Wall: from the first request until every job reports all items processed (GET /v1/jobs/NAME polled every 2 ms); CPU: the server's (likewise from schedstat) plus the feeder's (`mlstream replay`'s rusage, or this benchmark process's own, which does nothing else meanwhile). "+
