@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -40,7 +41,7 @@ func medianPipe(reps int, f func() pipeRun) pipeRun {
 	for i := range runs {
 		runs[i] = f()
 	}
-	slices.SortFunc(runs, func(a, b pipeRun) int { return int(a.wall*1e9 - b.wall*1e9) })
+	slices.SortFunc(runs, func(a, b pipeRun) int { return cmp.Compare(a.wall, b.wall) })
 	return runs[reps/2]
 }
 
