@@ -418,6 +418,27 @@ func sklearnNote(n, one int, same bool, info sklearnInfo, note string) string {
 
 // ---- Redis ----
 
+// ensureRedis installs redis-server (and redis-cli) with apt when missing
+// and starts it; note says how it was installed. On failure it prints why
+// the Redis tables are skipped and returns ok = false.
+func ensureRedis() (rdb *redis.Client, stop func(), note string, ok bool) {
+	note, err := aptEnsure("redis-server", func() error {
+		if _, err := exec.LookPath("redis-server"); err != nil {
+			return err
+		}
+		_, err := exec.LookPath("redis-cli")
+		return err
+	})
+	if err == nil {
+		rdb, stop, err = startRedis()
+	}
+	if err != nil {
+		skipped("Redis", err)
+		return nil, nil, "", false
+	}
+	return rdb, stop, note, true
+}
+
 // startRedis starts redis-server on a free loopback port, without
 // persistence, and returns a client and a stop function that kills it.
 // The server also dies with this process (Pdeathsig).
@@ -557,17 +578,8 @@ func redisTables(quick bool) {
 	if quick {
 		n, single = 200_000, 10_000
 	}
-	note, err := aptEnsure("redis-server", func() error {
-		_, err := exec.LookPath("redis-server")
-		return err
-	})
-	if err != nil {
-		skipped("Redis", err)
-		return
-	}
-	rdb, stop, err := startRedis()
-	if err != nil {
-		skipped("Redis", err)
+	rdb, stop, note, ok := ensureRedis()
+	if !ok {
 		return
 	}
 	defer stop()

@@ -1,6 +1,7 @@
 package learners_test
 
 import (
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -127,5 +128,55 @@ func BenchmarkPredictOptimizers(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 		})
+	}
+}
+
+// BenchmarkLearnVocab is the learning target's case: one Learner, FTRL with
+// the defaults (2^20 weights, adaptive scales), 20 features an event, over
+// distinct events drawn from a Zipf(1.1) vocabulary of 4k words (4k events)
+// and of 100k words (100k events: the slots touched outgrow the caches),
+// syncing every 1,000 events; "prefetch" calls Learner.Prefetch with the
+// next event before each Learn, as a loop over a batch can. events/cpu-s
+// divides by the CPU time of the benchmark's thread (locked to it), which
+// on a shared machine varies less than wall time.
+func BenchmarkLearnVocab(b *testing.B) {
+	for _, c := range []struct {
+		name          string
+		events, vocab int
+	}{{"4k", benchN, 4000}, {"100k", 100_000, 100_000}} {
+		feats, labels := gen.FeatureEvents(c.events, c.vocab)
+		for _, prefetch := range []bool{false, true} {
+			name := c.name
+			if prefetch {
+				name += "/prefetch"
+			}
+			b.Run(name, func(b *testing.B) {
+				m, _ := learners.NewModel(learners.DefaultConfig())
+				l := m.NewLearner()
+				b.ReportAllocs()
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				cpu0 := threadCPU()
+				i := 0
+				for b.Loop() {
+					next := i + 1
+					if next == len(feats) {
+						next = 0
+					}
+					if prefetch {
+						l.Prefetch(feats[next])
+					}
+					l.Learn(feats[i], labels[i])
+					if l.Pending() == 1000 {
+						l.Sync()
+					}
+					i = next
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+				if cpu := threadCPU() - cpu0; cpu > 0 {
+					b.ReportMetric(float64(b.N)/cpu, "events/cpu-s")
+				}
+			})
+		}
 	}
 }

@@ -35,6 +35,37 @@ func TestDeltaMap(t *testing.T) {
 	}
 }
 
+// TestSyncEmptiesDelta: Sync and SyncTracked, which merge in prefetched
+// chunks, merge every entry and leave the delta empty, with its capacity,
+// for the next events.
+func TestSyncEmptiesDelta(t *testing.T) {
+	feats, labels := wideEvents(500, 100_000)
+	for _, tracked := range []bool{false, true} {
+		m, _ := NewModel(DefaultConfig())
+		l := m.NewLearner()
+		for i := range feats {
+			l.Learn(feats[i], labels[i])
+		}
+		capacity := len(l.delta.entries)
+		if tracked {
+			l.SyncTracked(NewTracker(m))
+		} else {
+			l.Sync()
+		}
+		if len(l.delta.used) != 0 || len(l.delta.entries) != capacity || l.delta.find(int(feats[0][0].Hash&m.mask)) != -1 {
+			t.Fatalf("tracked %v: after Sync: %d used, capacity %d (was %d)", tracked, len(l.delta.used), len(l.delta.entries), capacity)
+		}
+		for i, e := range l.delta.entries {
+			if e != (deltaEntry{}) {
+				t.Fatalf("tracked %v: entry %d not empty after Sync: %+v", tracked, i, e)
+			}
+		}
+		if m.Updates() != uint64(len(feats)) {
+			t.Fatalf("tracked %v: %d updates merged, want %d", tracked, m.Updates(), len(feats))
+		}
+	}
+}
+
 // TestManyFeaturesBetweenSyncs: a learner touching more slots than the
 // initial delta table holds learns the same as one syncing often, up to
 // staleness, and Sync pushes every delta.

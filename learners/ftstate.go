@@ -51,25 +51,32 @@ func (l *Learner) SyncTracked(t *Tracker) uint64 {
 	if l.pending == 0 && len(l.delta.used) == 0 {
 		return m.Version()
 	}
-	for _, i := range l.delta.used {
-		e := &l.delta.entries[i]
-		if e.da == 0 && e.db == 0 {
-			continue
+	used := l.delta.used
+	for lo := 0; lo < len(used); lo += mergeChunk {
+		l.prefetchMerge(lo + mergeChunk)
+		for _, i := range used[lo:min(lo+mergeChunk, len(used))] {
+			if e := &l.delta.entries[i]; e.da != 0 || e.db != 0 {
+				t.changed(int(e.key-1), m.mergeTracked(int(e.key-1), e.da, e.db))
+			}
 		}
-		slot := int(e.key - 1)
-		base := slot * stride
-		a := m.addFloatNew(base+offA, e.da)
-		b := m.addFloatNew(base+offB, e.db)
-		w := m.rawWeight(a, b)
-		if m.adaptive {
-			w *= m.load(base + offInv)
-		}
-		t.changed(slot, w)
 	}
 	l.delta.reset()
 	m.updates.Add(uint64(l.pending))
 	l.pending = 0
 	return m.version.Add(1)
+}
+
+// mergeTracked adds the deltas of words A and B to slot and returns the
+// slot's new effective weight.
+func (m *Model) mergeTracked(slot int, da, db float64) float64 {
+	base := slot * stride
+	a := m.addFloatNew(base+offA, da)
+	b := m.addFloatNew(base+offB, db)
+	w := m.rawWeight(a, b)
+	if m.adaptive {
+		w *= m.load(base + offInv)
+	}
+	return w
 }
 
 func (t *Tracker) changed(slot int, after float64) {

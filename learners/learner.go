@@ -3,6 +3,7 @@ package learners
 import (
 	"math"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Learner is a replica of a Model owned by one partition. It is NOT safe for
@@ -118,6 +119,21 @@ func (l *Learner) Learn(feats []Feature, label bool) float64 {
 	}
 	l.pending++
 	return p
+}
+
+// Prefetch is a hint: it starts bringing into the CPU caches, without
+// waiting for them, the model's state and this learner's delta entries
+// that Learn(feats, ...) will read. Called with the next event just before
+// Learn of the current one, it lets the next event's cache misses overlap
+// the current one's arithmetic, which matters once the slots touched
+// outgrow the caches (a large vocabulary). It changes nothing and costs a
+// few nanoseconds an event when the lines are cached already. (A Learner
+// is one goroutine's: call it from the goroutine that calls Learn.)
+func (l *Learner) Prefetch(feats []Feature) {
+	if len(feats) == 0 {
+		return
+	}
+	prefetchLines(unsafe.Pointer(unsafe.SliceData(l.m.state)), unsafe.Pointer(unsafe.SliceData(l.delta.entries)), feats, l.m.mask, uint64(l.delta.shift&63))
 }
 
 // undo restores the delta entries that an update changed to their values
@@ -444,6 +460,20 @@ func shrink(w, t float64) float64 {
 	return 0
 }
 
+// mergeChunk is how many delta entries a merge prefetches the global slots
+// of at once, one chunk ahead of those it merges: enough misses in flight
+// to hide memory latency, few enough to stay in the L1 cache.
+const mergeChunk = 16
+
+// prefetchMerge prefetches the global slots of the merge chunk of delta
+// entries starting at used[lo], if any.
+func (l *Learner) prefetchMerge(lo int) {
+	used := l.delta.used
+	if lo < len(used) {
+		prefetchEntrySlots(unsafe.Pointer(unsafe.SliceData(l.m.state)), unsafe.Pointer(unsafe.SliceData(l.delta.entries)), used[lo:min(lo+mergeChunk, len(used))])
+	}
+}
+
 // Sync pushes the local delta into the global model with atomic float
 // additions, clears it, and returns the new model version. With nothing
 // pending it changes nothing and returns the current version. It is safe
@@ -453,14 +483,18 @@ func (l *Learner) Sync() uint64 {
 	if l.pending == 0 && len(l.delta.used) == 0 {
 		return m.Version()
 	}
-	for _, i := range l.delta.used {
-		e := &l.delta.entries[i]
-		base := int(e.key-1) * stride
-		if e.da != 0 {
-			m.addFloat(base+offA, e.da)
-		}
-		if e.db != 0 {
-			m.addFloat(base+offB, e.db)
+	used := l.delta.used
+	for lo := 0; lo < len(used); lo += mergeChunk {
+		l.prefetchMerge(lo + mergeChunk)
+		for _, i := range used[lo:min(lo+mergeChunk, len(used))] {
+			e := &l.delta.entries[i]
+			base := int(e.key-1) * stride
+			if e.da != 0 {
+				m.addFloat(base+offA, e.da)
+			}
+			if e.db != 0 {
+				m.addFloat(base+offB, e.db)
+			}
 		}
 	}
 	l.delta.reset()
