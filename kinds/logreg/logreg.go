@@ -231,6 +231,10 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 		r := &recs[i]
 		var prob float64
 		p.lastSeq = r.Seq
+		if i+1 < len(recs) {
+			// The next event's cache misses overlap this one's arithmetic.
+			p.learner.Prefetch(recs[i+1].Features)
+		}
 		if r.Label >= 0 {
 			prob = p.learner.Learn(r.Features, r.Label == 1)
 			p.prog.Observe(prob, r.Label == 1)
