@@ -62,6 +62,8 @@ type browser struct {
 	// expected there, and nowhere else.
 	outages [][2]time.Time
 	saved   bool // the failure report is written
+	// shotsDir keeps the screenshots of the checks (shotsDir()).
+	shotsDir string
 }
 
 func newBrowser(t *testing.T) *browser {
@@ -316,11 +318,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.checkRestartShown(srv, args)
 	b.checkJoinPanel()
 	b.checkCoordinationPanels()
+	b.shotsDir = shotsDir(t)
 	b.checkBadgesTellTheTruth()
 	b.checkHistoryOnOpen(srv.url())
-	dir := shotsDir(t)
-	b.checkCharts(dir)
-	b.screenshots(dir)
+	b.checkCharts(b.shotsDir)
+	b.screenshots(b.shotsDir)
 	b.checkConsole()
 	if testing.Verbose() {
 		t.Logf("console of the page:\n%s", b.consoleLog())
@@ -710,6 +712,28 @@ func (b *browser) checkCharts(dir string) {
 	t.Logf("chart screenshots: %s/chart-*.png", dir)
 }
 
+// shotFed is shot of an element that feed (JavaScript) puts on the page
+// and the page may remove again: it feeds and tries up to three times.
+func (b *browser) shotFed(dir, name, feed, sel string) {
+	b.t.Helper()
+	var err error
+	for range 3 {
+		ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+		var png []byte
+		if _, err = chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](feed)); err == nil {
+			png, err = chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(sel)))
+		}
+		cancel()
+		if err == nil {
+			if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+				b.t.Fatal(err)
+			}
+			return
+		}
+	}
+	b.fatalf("screenshot of %s: %v", sel, err)
+}
+
 // shot saves a screenshot of the element sel as dir/name.png.
 func (b *browser) shot(dir, name, sel string) {
 	b.t.Helper()
@@ -731,16 +755,22 @@ func (b *browser) shot(dir, name, sel string) {
 // moment ago is not "no stats".
 func (b *browser) checkBadgesTellTheTruth() {
 	b.t.Helper()
-	got := b.eval("feeding troubled jobs", `(() => {
+	b.do("defining troubled jobs", chromedp.Evaluate[chromedp.Void](`window.feedTroubled = () => {
 		const group = {mode: "auto", size: 1024, overhead: 0.48, total_overhead: 0.5, low: 0.05, high: 0.1, groups: 900};
-		const probes = [
+		window.troubled = [
 			{name: "coord-probe", kind: "heavy_hitters", spec: {sync: {max_group: 1024}}, rates: {}, latency: {}, group},
 			{name: "grow-probe", kind: "heavy_hitters", spec: {sync: {max_group: 1024}}, rates: {}, latency: {}, group: {...group, size: 64}},
 			{name: "evict-probe", kind: "join", rates: {}, latency: {}, partitions: [{}, {}, {}, {}], join: {
 				seen: 10000, evicted: 4500, matches: 100, state_bytes: 430, max_state_bytes: 1000, match_rate: 3,
 				estimate: {count: {estimate: 100, low: 100, high: 100}, sum: {estimate: 5, low: 5, high: 5}, sample: 1, confidence: 0.95, exact: false, complete: false}}},
 		];
-		for (const st of probes) onMessage({type: "stats", job: st.name, ts: Date.now(), dropped: 0, stats: st});
+		for (const st of troubled) {
+			onMessage({type: "stats", job: st.name, ts: Date.now(), dropped: 0, stats: st});
+			jobs.get(st.name).sampleBroken = {match: true};
+		}
+	}`))
+	got := b.eval("feeding troubled jobs", `(() => {
+		feedTroubled();
 		const sec = n => document.querySelector('section.job[data-job="' + n + '"]');
 		const badge = n => sec(n).querySelector(".health").textContent + " | " + sec(n).querySelector(".health").title;
 		const f = (n, k) => sec(n).querySelector('[data-f="' + k + '"]').textContent;
@@ -762,9 +792,14 @@ func (b *browser) checkBadgesTellTheTruth() {
 			high: [...sec("evict-probe").querySelectorAll("table.estimates tbody tr")].map(r => r.cells[3].textContent).join(","),
 			stateNote: f("evict-probe", "state_note"), afterReconnect, feedLate,
 		};
-		for (const st of probes) removeJob(st.name);
 		return out;
 	})()`)
+	// A look at them: the poll of /v1/jobs removes jobs the service does
+	// not have, so each attempt feeds them again.
+	for _, job := range []string{"coord-probe", "evict-probe"} {
+		b.shotFed(b.shotsDir, "badge-"+job, `feedTroubled(), jobs.get("`+job+`").el.scrollIntoView()`, fmt.Sprintf(`section.job[data-job=%q]`, job))
+	}
+	b.do("removing the troubled jobs", chromedp.Evaluate[chromedp.Void](`troubled.forEach(st => removeJob(st.name))`))
 	for k, want := range map[string]string{
 		"coord":          "coordination 48% > 10% | coordination 48% > 10% at max group 1,024: the job's batches are tiny; raise sync.max_group or send bigger requests",
 		"coordNote":      "raise sync.max_group",
