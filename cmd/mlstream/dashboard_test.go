@@ -704,7 +704,7 @@ func (b *browser) checkCharts(dir string) {
 		const u = document.querySelector('section.job[data-job="one-point"] [data-chart="rate"]').uplot;
 		return {span: u.scales.x.max - u.scales.x.min, ticks: u.axes[0]._values, y: u.axes[1]._values};
 	})()`)
-	if span, _ := one["span"].(float64); span < 59 || span > 61 {
+	if span, _ := one["span"].(float64); span < 59 || span > 63 {
 		b.fatalf("a chart of one point spans %v s: %v", one["span"], one)
 	}
 	b.shot(dir, "chart-one-point", `section.job[data-job="one-point"] .charts`)

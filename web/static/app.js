@@ -223,7 +223,7 @@ class Chart {
   create() {
     const names = [...new Set(this.series.map(s => s.scale || "y"))];
     const axes = [{
-      label: "time", labelSize: 16, labelFont: AXIS_FONT, font: AXIS_FONT, stroke: "#6b7280", grid: { stroke: "#eef0f3" },
+      label: "local time", labelSize: 16, labelFont: AXIS_FONT, font: AXIS_FONT, stroke: "#6b7280", grid: { stroke: "#eef0f3" },
       incrs: TIME_INCRS, space: 70, values: (u, vs, ai, space, incr) => vs.map(v => incr >= 60 ? hhmm(v) : hhmmss(v)),
     }];
     // The time axis spans the data, at least MIN_SPAN_S: from the data,
@@ -231,7 +231,8 @@ class Chart {
     const xs = this.data[0];
     const scales = { x: { time: true, range: () => {
       const hi = xs.length ? xs[xs.length - 1] : Date.now() / 1000;
-      return [Math.min(xs.length ? xs[0] : hi, hi - MIN_SPAN_S), hi];
+      // A second to the right: the newest point is not cut in half.
+      return [Math.min(xs.length ? xs[0] : hi, hi - MIN_SPAN_S), hi + 1];
     } } };
     names.forEach((sc, i) => {
       const conf = this.scales[sc] || {};
