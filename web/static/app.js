@@ -1,7 +1,8 @@
 // mlstream dashboard. Lives on the WebSocket feed /v1/ws (stats every
 // second, backups, recoveries, top-k and distinct changes); polls GET
 // /v1/jobs (jobs declared or removed) and /metrics (rejected counts, and
-// shed counts from a service whose status lacks them) every few seconds; samples
+// shed counts from a service whose status lacks them) every few seconds;
+// draws each job's last minutes from GET /v1/jobs/{job}/history once; samples
 // predictions and join matches with short-lived subscriptions instead of
 // taking every one. Reconnects by itself and says so. A service with
 // tokens answers 401: the page then asks for a read token, keeps it in
