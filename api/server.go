@@ -92,6 +92,7 @@ func New(cfg Config) *Server {
 			r.Use(read)
 			r.Get("/jobs", s.listJobs)
 			r.Get("/jobs/{job}", s.getJob)
+			r.Get("/jobs/{job}/history", s.getHistory)
 			r.Post("/jobs/{job}/predict", s.predict)
 			r.Get("/jobs/{job}/query/{name}", s.query)
 			// The query URLs older than /query/{name}.

@@ -311,7 +311,7 @@ func (j *Job) depth() int64 {
 }
 
 func (j *Job) sample(now time.Time) {
-	j.samples.add(sample{at: now, accepted: j.accepted.Load(), processed: j.processed(), lat: j.lat.snap()})
+	j.samples.add(sample{at: now, accepted: j.accepted.Load(), processed: j.processed(), lat: j.lat.snap(), depth: j.depth(), group: jobGroupStatus(j.parts)})
 }
 
 // JobStatus is the live view of a job served by GET /v1/jobs/{job}.

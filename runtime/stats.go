@@ -155,12 +155,15 @@ type sampler struct {
 	samples [sampleWindow + 1]sample // ring, guarded by mu
 	next    int
 	filled  int
+	hist    history // what recent said at each sample, guarded by mu
 }
 
 type sample struct {
 	at                  time.Time
 	accepted, processed uint64
 	lat                 latSnap
+	depth               int64        // queued events
+	group               *GroupStatus // nil: no partitions
 }
 
 func (s *sampler) add(x sample) {
@@ -170,7 +173,14 @@ func (s *sampler) add(x sample) {
 	if s.filled < len(s.samples) {
 		s.filled++
 	}
+	s.hist.add(x.point(s.recentLocked()))
 	s.mu.Unlock()
+}
+
+func (s *sampler) history() []HistoryPoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hist.oldestFirst()
 }
 
 // Rates are events per second over the sampling window.
@@ -183,6 +193,10 @@ type Rates struct {
 func (s *sampler) recent() (Rates, Latency) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.recentLocked()
+}
+
+func (s *sampler) recentLocked() (Rates, Latency) {
 	if s.filled < 2 {
 		if s.filled == 1 {
 			return Rates{}, s.samples[0].lat.latency()

@@ -1,8 +1,9 @@
 // Package web is mlstream's dashboard: static files embedded in the binary
 // with go:embed, so no build step runs at run time and nothing is fetched
 // from outside the service. The page (static/app.js) lives on the WebSocket
-// feed /v1/ws, polls GET /v1/jobs and /metrics for what the feed lacks, and
-// samples predictions and join matches with short subscriptions. Charts are
+// feed /v1/ws, polls GET /v1/jobs and /metrics for what the feed lacks,
+// draws each job's last minutes from GET /v1/jobs/{job}/history when it
+// opens, and samples predictions and join matches with short subscriptions. Charts are
 // uPlot, vendored in static/vendor with its licence (the README says how to
 // update it). The browser tests are in cmd/mlstream/dashboard_test.go.
 package web

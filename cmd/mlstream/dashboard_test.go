@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +62,8 @@ type browser struct {
 	// expected there, and nowhere else.
 	outages [][2]time.Time
 	saved   bool // the failure report is written
+	// shotsDir keeps the screenshots of the checks (shotsDir()).
+	shotsDir string
 }
 
 func newBrowser(t *testing.T) *browser {
@@ -315,9 +318,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.checkRestartShown(srv, args)
 	b.checkJoinPanel()
 	b.checkCoordinationPanels()
-	if dir := os.Getenv("MLSTREAM_DASHBOARD_SHOTS"); dir != "" {
-		b.screenshots(dir)
-	}
+	b.shotsDir = shotsDir(t)
+	b.checkBadgesTellTheTruth()
+	b.checkHistoryOnOpen(srv.url())
+	b.checkCharts(b.shotsDir)
+	b.screenshots(b.shotsDir)
 	b.checkConsole()
 	if testing.Verbose() {
 		t.Logf("console of the page:\n%s", b.consoleLog())
@@ -605,5 +610,255 @@ func (b *browser) screenshots(dir string) {
 			}
 		}
 		b.t.Logf("screenshots: %s/dashboard-%d-*.png", dir, w)
+	}
+}
+
+// shotsDir is where the screenshots go: $MLSTREAM_DASHBOARD_SHOTS, else
+// test-artifacts/dashboard under the repository root in CI (CI set),
+// kept as the run's artifacts, else a directory removed after the test.
+func shotsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("MLSTREAM_DASHBOARD_SHOTS")
+	switch {
+	case dir != "":
+	case os.Getenv("CI") != "":
+		dir = filepath.Join("..", "..", "test-artifacts", "dashboard")
+	default:
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// chartState checks every drawn chart of the page as a reader sees it:
+// axes with titles, time ticks on a clock (never milliseconds), y ticks
+// that do not repeat, axes wide enough for their labels, an x axis of
+// minutes (not years), and a legend that shows the newest values while
+// the cursor is off the chart. It returns the problems by chart.
+const chartState = `(() => {
+  const clock = /^\d\d:\d\d(:\d\d)?$/;
+  const out = {}, names = [];
+  for (const box of document.querySelectorAll("section.job [data-chart]")) {
+    const u = box.uplot;
+    if (!u || !box.offsetParent || !Number(box.dataset.points)) continue;
+    const name = box.closest("section.job").dataset.job + "/" + box.dataset.chart;
+    names.push(name);
+    const bad = [];
+    const xs = u.axes[0]._values || [];
+    if (!xs.length || !xs.every(v => clock.test(v))) bad.push("time ticks " + JSON.stringify(xs));
+    const span = u.scales.x.max - u.scales.x.min;
+    if (!(span >= 59 && span <= 3600)) bad.push("time axis spans " + span + " s");
+    u.ctx.font = "12px system-ui, sans-serif";
+    u.axes.forEach((a, i) => {
+      if (!a.label) bad.push("axis " + i + " has no title");
+      const vals = (a._values || []).map(String);
+      if (i > 0 && new Set(vals).size !== vals.length) bad.push("axis " + i + " repeats " + JSON.stringify(vals));
+      const w = Math.max(0, ...vals.map(v => u.ctx.measureText(v).width));
+      if (i > 0 && a._size < w) bad.push("axis " + i + " is " + a._size + " px wide, its labels " + w);
+    });
+    const legend = [...box.querySelectorAll(".u-legend .u-value")].map(e => e.textContent.trim());
+    if (!clock.test(legend[0] || "") || legend.slice(1).every(v => v === "–" || v === "--")) bad.push("legend " + JSON.stringify(legend));
+    if (u.width > box.clientWidth + 1) bad.push("chart " + u.width + " px in a box of " + box.clientWidth);
+    if (bad.length) out[name] = bad;
+  }
+  return {bad: out, charts: names};
+})()`
+
+// checkCharts checks every chart (chartState), then keeps a screenshot of
+// each, and of a chart with a single point, in dir.
+func (b *browser) checkCharts(dir string) {
+	t := b.t
+	t.Helper()
+	b.do("laptop width", chromedp.EmulateViewport(1280, 900))
+	// Open every panel, so that every chart is drawn.
+	b.do("opening the panels", chromedp.Evaluate[chromedp.Void](`document.querySelectorAll("details").forEach(d => d.open = true)`))
+	var res map[string]any
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res = b.eval("reading the charts", chartState)
+		if bad, _ := res["bad"].(map[string]any); len(bad) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // the charts redraw every second; poll
+	}
+	charts, _ := res["charts"].([]any)
+	if bad, _ := res["bad"].(map[string]any); len(bad) > 0 || len(charts) < 8 {
+		b.fatalf("charts a reader cannot read: %v (charts drawn: %v)", bad, charts)
+	}
+	// The page holds still while it is photographed: stats that change
+	// the height of a panel move the charts below it between the
+	// measurement of a chart and its capture. The feed stays open.
+	b.do("holding the page still", chromedp.Evaluate[chromedp.Void](`window.heldOnMessage = feed.onmessage, feed.onmessage = () => { lastMsgAt = Date.now(); }`))
+	for _, c := range charts {
+		job, chart, _ := strings.Cut(c.(string), "/")
+		b.shot(dir, "chart-"+job+"-"+chart, fmt.Sprintf(`section.job[data-job=%q] [data-chart=%q]`, job, chart))
+	}
+	b.do("letting the page go on", chromedp.Evaluate[chromedp.Void](`feed.onmessage = window.heldOnMessage`))
+	// One point: the time axis spans a minute, not the years around it.
+	feed := `onMessage({type: "stats", job: "one-point", ts: Date.now(), dropped: 0, stats: {name: "one-point", kind: "heavy_hitters",
+		rates: {processed_per_s: 1990, accepted_per_s: 1990}, queue_depth: 3, latency: {p50_ms: 0.5, p99_ms: 2}}}), jobs.get("one-point").el.scrollIntoView(), 0`
+	b.do("feeding one point", chromedp.Evaluate[chromedp.Void](feed))
+	one := b.eval("reading the one-point chart", `(() => {
+		const u = document.querySelector('section.job[data-job="one-point"] [data-chart="rate"]').uplot;
+		return {span: u.scales.x.max - u.scales.x.min, ticks: u.axes[0]._values, y: u.axes[1]._values};
+	})()`)
+	if span, _ := one["span"].(float64); span < 59 || span > 63 {
+		b.fatalf("a chart of one point spans %v s: %v", one["span"], one)
+	}
+	b.shot(dir, "chart-one-point", `section.job[data-job="one-point"] .charts`)
+	b.do("removing the one-point job", chromedp.Evaluate[chromedp.Void](`removeJob("one-point")`))
+	t.Logf("chart screenshots: %s/chart-*.png", dir)
+}
+
+// shotFed is shot of an element that feed (JavaScript) puts on the page
+// and the page may remove again: it feeds and tries up to three times.
+func (b *browser) shotFed(dir, name, feed, sel string) {
+	b.t.Helper()
+	var err error
+	for range 3 {
+		ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+		var png []byte
+		if _, err = chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](feed)); err == nil {
+			png, err = chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(sel)))
+		}
+		cancel()
+		if err == nil {
+			if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+				b.t.Fatal(err)
+			}
+			return
+		}
+	}
+	b.fatalf("screenshot of %s: %v", sel, err)
+}
+
+// shot saves a screenshot of the element sel as dir/name.png.
+func (b *browser) shot(dir, name, sel string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(sel)))
+	if err != nil {
+		b.fatalf("screenshot of %s: %v", sel, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// checkBadgesTellTheTruth feeds the page statuses of jobs in trouble the
+// service reports as such, and checks that no badge says "ok" then: a
+// group at max_group whose overhead stays far above its bound, a join
+// that evicts 45% of its tuples; and that a job whose feed reopened a
+// moment ago is not "no stats".
+func (b *browser) checkBadgesTellTheTruth() {
+	b.t.Helper()
+	b.do("defining troubled jobs", chromedp.Evaluate[chromedp.Void](`window.feedTroubled = () => {
+		const group = {mode: "auto", size: 1024, overhead: 0.48, total_overhead: 0.5, low: 0.05, high: 0.1, groups: 900};
+		window.troubled = [
+			{name: "coord-probe", kind: "heavy_hitters", spec: {sync: {max_group: 1024}}, rates: {}, latency: {}, group},
+			{name: "grow-probe", kind: "heavy_hitters", spec: {sync: {max_group: 1024}}, rates: {}, latency: {}, group: {...group, size: 64}},
+			{name: "evict-probe", kind: "join", rates: {}, latency: {}, partitions: [{}, {}, {}, {}], join: {
+				seen: 10000, evicted: 4500, matches: 100, state_bytes: 430, max_state_bytes: 1000, match_rate: 3,
+				estimate: {count: {estimate: 100, low: 100, high: 100}, sum: {estimate: 5, low: 5, high: 5}, sample: 1, confidence: 0.95, exact: false, complete: false}}},
+		];
+		for (const st of troubled) {
+			onMessage({type: "stats", job: st.name, ts: Date.now(), dropped: 0, stats: st});
+			jobs.get(st.name).sampleBroken = {match: true};
+		}
+	}`))
+	got := b.eval("feeding troubled jobs", `(() => {
+		feedTroubled();
+		const sec = n => document.querySelector('section.job[data-job="' + n + '"]');
+		const badge = n => sec(n).querySelector(".health").textContent + " | " + sec(n).querySelector(".health").title;
+		const f = (n, k) => sec(n).querySelector('[data-f="' + k + '"]').textContent;
+		// A job whose last stats are old, on a feed that reopened a second ago.
+		const ev = jobs.get("evict-probe"), keep = [ev.statsAt, feedOpenedAt];
+		ev.statsAt = Date.now() - 60000;
+		feedOpenedAt = Date.now() - 1000;
+		ev.health();
+		const afterReconnect = badge("evict-probe");
+		feedOpenedAt = Date.now() - 60000;
+		ev.polledAt = Date.now();
+		ev.health();
+		const feedLate = badge("evict-probe");
+		[ev.statsAt, feedOpenedAt] = keep;
+		ev.health();
+		const out = {
+			coord: badge("coord-probe"), coordNote: f("coord-probe", "group_note"), grow: badge("grow-probe"),
+			evict: badge("evict-probe"), joinNote: f("evict-probe", "join_note"),
+			high: [...sec("evict-probe").querySelectorAll("table.estimates tbody tr")].map(r => r.cells[3].textContent).join(","),
+			stateNote: f("evict-probe", "state_note"), afterReconnect, feedLate,
+		};
+		return out;
+	})()`)
+	// A look at them: the poll of /v1/jobs removes jobs the service does
+	// not have, so each attempt feeds them again.
+	for _, job := range []string{"coord-probe", "evict-probe"} {
+		b.shotFed(b.shotsDir, "badge-"+job, `feedTroubled(), jobs.get("`+job+`").el.scrollIntoView()`, fmt.Sprintf(`section.job[data-job=%q]`, job))
+	}
+	b.do("removing the troubled jobs", chromedp.Evaluate[chromedp.Void](`troubled.forEach(st => removeJob(st.name))`))
+	for k, want := range map[string]string{
+		"coord":          "coordination 48% > 10% | coordination 48% > 10% at max group 1,024: the job's batches are tiny; raise sync.max_group or send bigger requests",
+		"coordNote":      "raise sync.max_group",
+		"grow":           "ok |",
+		"evict":          "evicts 45% | 4,500 of 10,000 tuples seen were evicted",
+		"joinNote":       "incomplete: 4,500 evicted for max_state (45% of the tuples seen)",
+		"high":           "unknown (evicted),unknown (evicted)",
+		"stateNote":      "split over 4 partitions",
+		"afterReconnect": "evicts 45%",
+		"feedLate":       "stats late | no stats message for 60 s on the feed",
+	} {
+		if got := fmt.Sprint(got[k]); !strings.Contains(got, want) {
+			b.fatalf("badges: %s = %q, want it to say %q (all: %v)", k, got, want, got)
+		}
+	}
+	if note := fmt.Sprint(got["joinNote"]); strings.Contains(note, "exact") {
+		b.fatalf("a join that evicts claims exact estimates: %q", note)
+	}
+}
+
+// checkHistoryOnOpen opens the page anew once the service has a history
+// of its jobs: the charts show the last seconds at once, not one point a
+// second from now on.
+func (b *browser) checkHistoryOnOpen(url string) {
+	t := b.t
+	t.Helper()
+	var n int
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var h struct{ Points []map[string]any }
+		getJSON(t, url+"/v1/jobs/"+demoJob+"/history", &h)
+		if n = len(h.Points); n >= 15 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond) // one point a second; poll
+	}
+	if n < 15 {
+		b.fatalf("the service's history of %s has %d points after 30 s", demoJob, n)
+	}
+	opened := time.Now()
+	b.do("reopening the dashboard", chromedp.Reload())
+	b.waitFor("the charts show the history at once", `s.conn === "live" && s.ratePoints >= s0 - 3 && s.groupPoints >= s0 - 3`, n, 3*time.Second)
+	if d := time.Since(opened); d > 3*time.Second {
+		b.fatalf("history drawn after %v", d)
+	}
+}
+
+// getJSON GETs url and decodes its JSON body into v, insisting on 200.
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
 	}
 }

@@ -1,7 +1,8 @@
 // mlstream dashboard. Lives on the WebSocket feed /v1/ws (stats every
 // second, backups, recoveries, top-k and distinct changes); polls GET
 // /v1/jobs (jobs declared or removed) and /metrics (rejected counts, and
-// shed counts from a service whose status lacks them) every few seconds; samples
+// shed counts from a service whose status lacks them) every few seconds;
+// draws each job's last minutes from GET /v1/jobs/{job}/history once; samples
 // predictions and join matches with short-lived subscriptions instead of
 // taking every one. Reconnects by itself and says so. A service with
 // tokens answers 401: the page then asks for a read token, keeps it in
@@ -28,6 +29,7 @@ let retryMs = 250;
 let lostAt = 0;          // when the feed went down (0: up)
 let reconnectedAt = 0;   // the last reconnection, for the banner
 let lastMsgAt = 0;
+let feedOpenedAt = 0;    // when the feed last opened
 let feed = null;
 const restarted = new Set(); // jobs whose recovery the banner reports
 
@@ -96,14 +98,76 @@ function fill(tbody, rows) {
 // ---- charts (uPlot) ----
 
 const COLORS = ["#2563eb", "#9ca3af", "#d97706", "#15803d"];
+const CHART_H = 190;
+const AXIS_FONT = "12px system-ui, sans-serif";
+// Tick steps of the time axis, in seconds: whole seconds and minutes, so
+// ticks read as clock times and never as milliseconds.
+const TIME_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
+const MIN_SPAN_S = 60; // the time axis spans at least a minute
+// Tick steps of bytes: powers of two, so ticks read 16 KiB, not 19.5 KiB.
+const BYTE_INCRS = Array.from({ length: 51 }, (_, i) => 2 ** i);
+// Tick steps of counts: whole numbers only.
+const WHOLE_INCRS = [1, 2, 5].flatMap(m => [1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12].map(p => m * p)).sort((a, b) => a - b);
+
+// hhmm and hhmmss are local clock times of Unix seconds.
+const hhmmss = t => new Date(t * 1000).toLocaleTimeString("en-GB");
+const hhmm = t => hhmmss(t).slice(0, 5);
+
+// tick formats a y tick with as many decimals as the tick step needs, so
+// neighbouring ticks never read the same ("1,990" four times).
+function tick(v, step, unit = "") {
+  let d = 0; // the decimals of the step: 2.5 needs one
+  while (d < 6 && isNum(step) && step > 0 && Math.abs(Math.round(step * 10 ** d) - step * 10 ** d) > 1e-6 * step * 10 ** d) d++;
+  return v.toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d }) + unit;
+}
+// Tick formatters by what a scale measures.
+const TICKS = {
+  num: (v, step) => tick(v, step),
+  pct: (v, step) => tick(100 * v, 100 * step, "%"),
+  bytes: (v, step) => {
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0, m = Math.max(Math.abs(v), step);
+    while (m >= 1024 && i < units.length - 1) { m /= 1024; v /= 1024; step /= 1024; i++; }
+    return tick(v, step, " " + units[i]);
+  },
+};
+
+// yRange keeps a y axis from zooming onto noise: it spans at least a
+// tenth of the values' magnitude, starts at 0 for quantities that do
+// (zero), and stays within fixed bounds when the scale has them.
+function yRange(min, max, sc) {
+  if (sc.fixed) return sc.fixed;
+  if (!isNum(min) || !isNum(max)) return [0, 1];
+  let lo = sc.zero ? Math.min(0, min) : min, hi = max;
+  const floor = Math.max(Math.abs(lo), Math.abs(hi)) * 0.1 || (sc.whole ? 10 : 1);
+  if (hi - lo < floor) {
+    const mid = (lo + hi) / 2;
+    [lo, hi] = [mid - floor / 2, mid + floor / 2];
+    if (sc.zero && min >= 0 && lo < 0) [lo, hi] = [0, hi - lo];
+  }
+  const pad = (hi - lo) * 0.05;
+  return [sc.zero && lo >= 0 ? lo : lo - pad, hi + pad];
+}
+
+let measureCtx = null;
+// textWidth measures tick labels, so that axes are as wide as their
+// labels and none is clipped.
+function textWidth(texts) {
+  measureCtx = measureCtx || document.createElement("canvas").getContext("2d");
+  measureCtx.font = AXIS_FONT;
+  return Math.max(0, ...(texts || []).map(t => measureCtx.measureText(String(t)).width));
+}
 
 // Chart is a uPlot chart over time, created once its box is visible and
-// resized with it; points are buffered meanwhile.
+// resized with it; points are buffered meanwhile. series are
+// [{label, scale, dash, color}]; scales maps each scale to {label (the
+// axis title, with its unit), ticks (a TICKS name), zero, fixed, fmt
+// (legend values)}.
 class Chart {
-  constructor(box, series, axes) {
+  constructor(box, series, scales) {
     this.box = box;
-    this.series = series; // [{label, scale, dash, fmt}]
-    this.axes = axes || {}; // scale -> value formatter
+    this.series = series;
+    this.scales = scales;
     this.data = [[], ...series.map(() => [])];
     this.plot = null;
   }
@@ -112,7 +176,20 @@ class Chart {
     d[0].push(tsMs / 1000);
     ys.forEach((y, i) => d[i + 1].push(isNum(y) ? y : null));
     if (d[0].length > HISTORY) for (const s of d) s.shift();
-    this.box.dataset.points = d[0].length;
+    this.changed();
+  }
+  // prepend adds rows [tsMs, ...ys] from before the first point (the
+  // service's history of the job), oldest first.
+  prepend(rows) {
+    const d = this.data, first = d[0].length ? d[0][0] : Infinity;
+    const old = rows.filter(r => r[0] / 1000 < first).slice(-HISTORY);
+    if (!old.length) return;
+    d.forEach((s, i) => s.unshift(...old.map(r => i ? (isNum(r[i]) ? r[i] : null) : r[0] / 1000)));
+    while (d[0].length > HISTORY) for (const s of d) s.shift();
+    this.changed();
+  }
+  changed() {
+    this.box.dataset.points = this.data[0].length;
     this.draw();
   }
   // gap marks a restart: lines do not join across it.
@@ -126,28 +203,70 @@ class Chart {
     }
     this.plot.setData(this.data);
   }
-  create() {
-    const scales = [...new Set(this.series.map(s => s.scale || "y"))];
-    const axes = [{ stroke: "#6b7280", grid: { stroke: "#eef0f3" } }];
-    scales.forEach((sc, i) => {
-      const f = this.axes[sc] || sig;
-      axes.push({ scale: sc, side: i ? 1 : 3, size: f === bytes ? 76 : 60, stroke: "#6b7280", grid: { show: i === 0, stroke: "#eef0f3" }, values: (u, vs) => vs.map(f) });
+  // latest is the index of the newest point with a value of series i:
+  // the legend shows it while the cursor is off the chart.
+  latest(i) {
+    const s = this.data[i];
+    for (let k = s.length - 1; k >= 0; k--) if (s[k] !== null) return k;
+    return -1;
+  }
+  // extent is the least and greatest value of the series on scale sc,
+  // from the data itself: uPlot's own extent lags behind data that grows
+  // in place.
+  extent(sc) {
+    let lo = Infinity, hi = -Infinity;
+    this.series.forEach((s, i) => {
+      if ((s.scale || "y") !== sc) return;
+      for (const v of this.data[i + 1]) if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
     });
+    return lo <= hi ? [lo, hi] : [null, null];
+  }
+  create() {
+    const names = [...new Set(this.series.map(s => s.scale || "y"))];
+    const axes = [{
+      label: "local time", labelSize: 16, labelFont: AXIS_FONT, font: AXIS_FONT, stroke: "#6b7280", grid: { stroke: "#eef0f3" },
+      incrs: TIME_INCRS, space: 70, values: (u, vs, ai, space, incr) => vs.map(v => incr >= 60 ? hhmm(v) : hhmmss(v)),
+    }];
+    // The time axis spans the data, at least MIN_SPAN_S: from the data,
+    // since uPlot widens a single point to a day on either side.
+    const xs = this.data[0];
+    const scales = { x: { time: true, range: () => {
+      const hi = xs.length ? xs[xs.length - 1] : Date.now() / 1000;
+      // A second to the right: the newest point is not cut in half.
+      return [Math.min(xs.length ? xs[0] : hi, hi - MIN_SPAN_S), hi + 1];
+    } } };
+    names.forEach((sc, i) => {
+      const conf = this.scales[sc] || {};
+      const ticks = TICKS[conf.ticks || "num"];
+      scales[sc] = { range: () => yRange(...this.extent(sc), conf) };
+      axes.push({
+        scale: sc, incrs: conf.ticks === "bytes" ? BYTE_INCRS : conf.whole ? WHOLE_INCRS : undefined, side: i ? 1 : 3, label: conf.label, labelSize: 16, labelFont: AXIS_FONT, font: AXIS_FONT, gap: 4,
+        stroke: "#6b7280", grid: { show: i === 0, stroke: "#eef0f3" },
+        values: (u, vs, ai, space, incr) => vs.map(v => ticks(v, incr)),
+        ticks: { size: 5 }, size: (u, values) => Math.ceil(textWidth(values)) + 5 + 4 + 8,
+      });
+    });
+    const last = i => (u, v, si, idx) => {
+      if (idx === null || idx === undefined) { const k = this.latest(i); v = k < 0 ? null : this.data[i][k]; }
+      return v;
+    };
     const opts = {
-      width: this.box.clientWidth, height: 170,
-      scales: { x: { time: true } },
-      series: [{ value: (u, v) => v === null ? "–" : clock(v * 1000) }, ...this.series.map((s, i) => ({
-        label: s.label, scale: s.scale || "y", stroke: s.color || COLORS[i], width: 2, dash: s.dash,
-        value: (u, v) => v === null ? "–" : (s.fmt || this.axes[s.scale || "y"] || sig)(v),
-      }))],
+      width: this.box.clientWidth, height: CHART_H,
+      scales,
+      series: [{ label: "time", value: (u, v, si, idx) => { v = last(0)(u, v, si, idx); return v === null ? "no data yet" : hhmmss(v); } },
+        ...this.series.map((s, i) => ({
+          label: s.label, scale: s.scale || "y", stroke: s.color || COLORS[i], width: 2, dash: s.dash, spanGaps: false,
+          value: (u, v, si, idx) => { v = last(i + 1)(u, v, si, idx); return v === null ? "–" : ((this.scales[s.scale || "y"] || {}).fmt || sig)(v); },
+        }))],
       axes,
       cursor: { drag: { x: false, y: false } },
       legend: { live: true },
     };
     this.plot = new uPlot(opts, this.data, this.box);
+    this.box.uplot = this.plot; // for the browser tests
     new ResizeObserver(() => {
       const w = this.box.clientWidth;
-      if (w > 0 && w !== this.plot.width) this.plot.setSize({ width: w, height: 170 });
+      if (w > 0 && w !== this.plot.width) this.plot.setSize({ width: w, height: CHART_H });
     }).observe(this.box);
   }
 }
@@ -184,24 +303,31 @@ class JobView {
     this.recoveries = new Map(); // at -> report
     this.backups = [];
     this.status = null;
-    this.statsAt = 0;
+    this.statsAt = 0;  // the last stats message
+    this.polledAt = 0; // the last poll of /v1/jobs that listed the job
     this.sampleBroken = {}; // type -> true when the feed refused it
     this.matchesSampled = false;
   }
   chart(name) {
     if (this.charts[name]) return this.charts[name];
     const box = $(this.el, `[data-chart="${name}"]`);
+    const n = { ticks: "num", zero: true }, b = { ticks: "bytes", zero: true, fmt: bytes }, o = { ticks: "pct", zero: true, fmt: pct };
     const c = {
-      rate: () => new Chart(box, [{ label: "events/s" }, { label: "queued", scale: "q" }], { y: sig, q: int }),
-      acc: () => new Chart(box, [{ label: "recent" }, { label: "whole run", dash: [5, 4] }], { y: x => fmt(x, 3) }),
-      loss: () => new Chart(box, [{ label: "recent" }, { label: "whole run", dash: [5, 4] }], { y: x => fmt(x, 3) }),
-      distinct: () => new Chart(box, [{ label: "estimate" }, { label: "lower", dash: [3, 3] }, { label: "upper", dash: [3, 3] }], { y: int }),
-      join: () => new Chart(box, [{ label: "matches/s" }, { label: "state", scale: "b", fmt: bytes }], { y: sig, b: bytes }),
-      backups: () => new Chart(box, [{ label: "backups" }, { label: "bytes", scale: "b" }], { y: int, b: bytes }),
-      div: () => new Chart(box, [{ label: "divergence" }, { label: "θ", dash: [5, 4], color: "#b91c1c" }], { y: sig }),
+      rate: () => new Chart(box, [{ label: "events/s" }, { label: "queued", scale: "q" }],
+        { y: { ...n, label: "events/s", fmt: sig }, q: { ...n, whole: true, label: "queued events", fmt: int } }),
+      lat: () => new Chart(box, [{ label: "p50" }, { label: "p99", color: "#b91c1c" }], { y: { ...n, label: "latency, ms", fmt: x => sig(x) + " ms" } }),
+      acc: () => new Chart(box, [{ label: "recent" }, { label: "whole run", dash: [5, 4] }], { y: { ticks: "num", fixed: [0, 1], label: "accuracy", fmt: x => fmt(x, 3) } }),
+      loss: () => new Chart(box, [{ label: "recent" }, { label: "whole run", dash: [5, 4] }], { y: { ...n, label: "log loss", fmt: x => fmt(x, 3) } }),
+      distinct: () => new Chart(box, [{ label: "estimate" }, { label: "lower", dash: [3, 3] }, { label: "upper", dash: [3, 3] }],
+        { y: { ticks: "num", whole: true, label: "distinct values", fmt: int } }),
+      join: () => new Chart(box, [{ label: "matches/s" }, { label: "state", scale: "b" }],
+        { y: { ...n, label: "matches/s", fmt: sig }, b: { ...b, label: "state bytes" } }),
+      backups: () => new Chart(box, [{ label: "backups" }, { label: "bytes", scale: "b" }],
+        { y: { ...n, whole: true, label: "backups since start", fmt: int }, b: { ...b, label: "bytes written" } }),
+      div: () => new Chart(box, [{ label: "divergence" }, { label: "θ", dash: [5, 4], color: "#b91c1c" }], { y: { ...n, label: "divergence", fmt: sig } }),
       group: () => new Chart(box, [{ label: "group size" }, { label: "overhead, last", scale: "o", color: "#d97706" },
         { label: "total", scale: "o", color: "#d97706", dash: [5, 4] }, { label: "low", scale: "o", color: "#9ca3af", dash: [2, 3] },
-        { label: "high", scale: "o", color: "#b91c1c", dash: [2, 3] }], { y: sig, o: pct }),
+        { label: "high", scale: "o", color: "#b91c1c", dash: [2, 3] }], { y: { ...n, label: "group size, batches", fmt: sig }, o: { ...o, label: "coordination overhead" } }),
     }[name]();
     this.charts[name] = c;
     return c;
@@ -244,12 +370,15 @@ class JobView {
     set(e, "processed", int(s.processed));
     set(e, "stream", streams.join(", ") || "–");
     this.counts(s);
-    if (chart) this.chart("rate").push(ts, rates.processed_per_s, s.queue_depth);
+    if (chart) {
+      this.chart("rate").push(ts, rates.processed_per_s, s.queue_depth);
+      this.chart("lat").push(ts, lat.p50_ms, lat.p99_ms);
+    }
     this.coordination(s, ts, chart);
     if (s.model || s.metrics) this.logreg(s, ts, chart);
     if (s.topk) this.topk(s.topk);
     if (s.distinct) this.distinct(s.distinct, ts, chart);
-    if (s.join) this.join(s.join, ts, chart);
+    if (s.join) this.join(s.join, ts, chart, s);
     if (s.kind && !knownKinds.has(s.kind)) this.section(s);
     if (s.ft) this.ft(s.ft, s, ts, chart);
     this.health();
@@ -299,6 +428,8 @@ class JobView {
       set(e, "group_total", pct(g.total_overhead));
       set(e, "group_bounds", isNum(g.low) && isNum(g.high) ? `[${pct(g.low)}, ${pct(g.high)}]` : "–");
       set(e, "group_groups", isNum(g.groups) ? `(${int(g.groups)} groups measured)` : "");
+      const trouble = coordinationTrouble(s);
+      set(e, "group_note", trouble ? trouble.why : "");
       const state = x => !isNum(x) || !isNum(g.low) || !isNum(g.high) ? "" : x > g.high ? "high" : x < g.low ? "low" : "in";
       const why = { high: "above the bounds: an auto group grows", low: "below the bounds: an auto group shrinks (down to 1)", in: "within the bounds", "": "" };
       for (const [f, x] of [["group_overhead", g.overhead], ["group_total", g.total_overhead]]) {
@@ -433,23 +564,31 @@ class JobView {
     if (chart) this.chart("distinct").push(ts, d.estimate, d.lower, d.upper);
   }
 
-  join(j, ts, chart) {
+  join(j, ts, chart, s = {}) {
     const e = this.block("join", true);
     set(e, "matches", int(j.matches));
     set(e, "match_rate", sig(j.match_rate));
     set(e, "state_tuples", int(j.state_tuples));
     set(e, "state_bytes", bytes(j.state_bytes) + (isNum(j.max_state_bytes) ? " / " + bytes(j.max_state_bytes) : ""));
     bar(e, "state", isNum(j.max_state_bytes) && j.max_state_bytes > 0 ? j.state_bytes / j.max_state_bytes : 0);
-    set(e, "evictions", int(j.evicted ?? j.evictions));
+    const ev = evictedShare(j), nparts = (s.partitions || []).length;
+    // max_state is split over the partitions: one whose share is full
+    // evicts while the sum reads far from full.
+    set(e, "state_note", "state of max_state" + (nparts > 1 ? `, split over ${nparts} partitions: a partition evicts when its share is full` : ""));
+    $(e, '[data-bar="state"]').classList.toggle("hot", ev.evicted > 0 || $(e, '[data-bar="state"]').classList.contains("hot"));
+    set(e, "evictions", int(ev.evicted) + (ev.share >= 0.001 ? ` (${pct(ev.share)} of seen)` : ""));
     set(e, "expired", int(j.expired));
     set(e, "late", int(j.late));
     set(e, "seen", int(j.seen) + (isNum(j.sampled) && j.sampled !== j.seen ? ` (${int(j.sampled)} sampled)` : ""));
     set(e, "join_lost", isNum(j.lost) ? sig(j.lost) : "0");
     const est = j.estimate || {};
     set(e, "join_window", isNum(est.window_start) ? `window ${clockMs(est.window_start)} – ${clockMs(est.window_end)}` : "");
+    // Tuples evicted before their window closed took matches with them:
+    // the estimate and low stand, the high bound is not known.
+    const incomplete = est.complete === false;
     fill($(e, "table.estimates tbody"), ["count", "sum", "avg"].filter(k => est[k]).map(k =>
-      row([k.toUpperCase(), sig(est[k].estimate), sig(est[k].low), sig(est[k].high)], ["", "num", "num", "num"])));
-    set(e, "join_note", joinNote(est));
+      row([k.toUpperCase(), sig(est[k].estimate), sig(est[k].low), incomplete ? "unknown (evicted)" : sig(est[k].high)], ["", "num", "num", "num"])));
+    set(e, "join_note", joinNote(est, ev));
     if (chart) this.chart("join").push(ts, j.match_rate, j.state_bytes);
     // The sampled match feed is livelier; the status' recent list stands in.
     if (!this.matchesSampled && Array.isArray(j.recent)) this.matches(j.recent, "from the job's status");
@@ -556,13 +695,30 @@ function gauge(box, g, state) {
   box.title = `coordination overhead: last group ${pct(g.overhead)}, total ${pct(g.total_overhead)}, bounds [${pct(g.low)}, ${pct(g.high)}]; scale 0–${pct(top)}`;
 }
 
-// joinNote says how far a join's estimates can be trusted.
-function joinNote(est) {
+// EVICT_WARN is the share of a join's tuples evicted for max_state past
+// which its badge warns: its estimates are then well below the truth.
+const EVICT_WARN = 0.01;
+
+// evictedShare is how many of a join's tuples were evicted for max_state,
+// and their share of the tuples seen.
+function evictedShare(j) {
+  const evicted = j.evicted ?? j.evictions;
+  return { evicted, share: isNum(evicted) && j.seen > 0 ? evicted / j.seen : 0 };
+}
+
+// joinNote says how far a join's estimates can be trusted. ev is the
+// job's evictions: a window that lost none can be exact while the job,
+// evicting, cannot be trusted as a whole.
+function joinNote(est, ev = {}) {
   const notes = [];
   if (isNum(est.confidence)) notes.push(`${fmt(100 * est.confidence, 0)}% intervals`);
   if (isNum(est.sample) && est.sample < 1) notes.push(`sample p = ${sig(est.sample)} (Ripple Join)`);
-  if (est.exact) notes.push("exact: no sampling, eviction or loss");
-  if (est.complete === false) notes.push("tuples were evicted for max_state: the estimates are low");
+  if (est.complete === false || ev.evicted > 0) {
+    notes.push(`incomplete: ${int(ev.evicted)} evicted for max_state (${pct(ev.share)} of the tuples seen)` +
+      (est.complete === false ? ": this window's estimates are low and their high bounds unknown" : "; none could have matched in this window"));
+  } else if (est.exact) {
+    notes.push("exact: no sampling, eviction or loss");
+  }
   if (isNum(est.widened) && est.widened > 1) notes.push(`widened ×${fmt(est.widened, 3)} for ${sig(est.lost_samples)} samples lost in crashes`);
   if (est.unbounded) notes.push("more samples may have been lost than the window has: the intervals say nothing");
   return notes.join("; ");
@@ -609,12 +765,51 @@ function healthOf(j, live) {
   const last = j.recoveryList()[0];
   if ((f.backups || {}).errors > 0) return { level: "bad", text: "backup errors", why: `${f.backups.errors} backups failed` };
   if (last && !last.clean && last.within === false) return { level: "bad", text: "loss over bound", why: "the last recovery lost more than its bound" };
-  if (j.statsAt && Date.now() - j.statsAt > 5000) return { level: "bad", text: "no stats", why: "no stats message for over 5 s" };
+  const late = statsLate(j);
+  if (late) return late;
   const fill = s.queue_capacity > 0 ? s.queue_depth / s.queue_capacity : 0;
   if (fill > 0.5) return { level: "warn", text: "queue " + Math.round(100 * fill) + "% full", why: "the partition queues are over half full" };
   const r = s.rates || {};
   if (r.accepted_per_s > 100 && r.processed_per_s < 0.8 * r.accepted_per_s) return { level: "warn", text: "behind", why: "processing is slower than input" };
+  const coord = coordinationTrouble(s);
+  if (coord) return { level: "warn", text: coord.text, why: coord.why };
+  const ev = s.join ? evictedShare(s.join) : { share: 0 };
+  if (ev.share > EVICT_WARN) {
+    return { level: "warn", text: `evicts ${pct(ev.share)}`, why: `${int(ev.evicted)} of ${int(s.join.seen)} tuples seen were evicted for max_state before their windows closed: the estimates are low; raise params.max_state or shorten params.within` };
+  }
   return { level: "ok", text: "ok", why: "processing keeps up; backups work" };
+}
+
+// STATS_LATE is how long a job may go without a stats message (they come
+// every second) while the feed is up, before its badge says so.
+const STATS_LATE = 5000;
+
+// statsLate says whether a job's stats stopped: counted from its last
+// stats message or the feed's (re)opening, whichever is later, so a
+// reconnection does not flash every job red. A job the poll of /v1/jobs
+// still lists is late on the feed, not stalled.
+function statsLate(j) {
+  const now = Date.now(), since = Math.max(j.statsAt, feedOpenedAt);
+  if (!j.statsAt || now - since <= STATS_LATE) return null;
+  const ago = `no stats message for ${Math.round((now - since) / 1000)} s`;
+  if (now - j.polledAt <= 2 * POLL_EVERY) return { level: "warn", text: "stats late", why: ago + " on the feed; GET /v1/jobs still reports the job" };
+  return { level: "bad", text: "no stats", why: ago };
+}
+
+// coordinationTrouble says why a job's coordination overhead stays above
+// its bound when the controller cannot lower it: an auto group already at
+// sync.max_group, or a fixed group. null while within the bound, or while
+// an auto group can still grow.
+function coordinationTrouble(s) {
+  const g = s.group && typeof s.group === "object" ? s.group : null;
+  if (!g || !isNum(g.overhead) || !isNum(g.high) || g.overhead <= g.high) return null;
+  const sync = (s.spec || {}).sync || {};
+  const max = isNum(sync.max_group) && sync.max_group > 0 ? sync.max_group : 1024;
+  const head = `coordination ${pct(g.overhead)} > ${pct(g.high)}`;
+  if (g.mode === "fixed") return { text: head, why: `${head} at the fixed group size ${sig(g.size)}: raise sync.every or set it to "auto"` };
+  const atMax = isNum(g.size) && g.size >= 0.95 * max;
+  if (!atMax) return null;
+  return { text: head, why: `${head} at max group ${int(max)}: the job's batches are tiny; raise sync.max_group or send bigger requests` };
 }
 
 function jobView(name, kind) {
@@ -626,6 +821,23 @@ function jobView(name, kind) {
   document.getElementById("joblist").appendChild(j.item);
   document.querySelector("#overview .empty").hidden = true;
   return j;
+}
+
+// loadHistory draws a job's last minutes at once from the service's
+// history of its stats (GET /v1/jobs/{job}/history), before the points
+// the feed brought since. A service without the route answers 404: the
+// charts then start empty.
+async function loadHistory(j) {
+  let r;
+  try { r = await apiFetch("/v1/jobs/" + encodeURIComponent(j.name) + "/history"); } catch (e) { return; }
+  if (!r.ok || jobs.get(j.name) !== j) return;
+  const h = await r.json().catch(() => ({}));
+  const pts = Array.isArray(h.points) ? h.points : [];
+  if (!pts.length) return;
+  j.chart("rate").prepend(pts.map(p => [p.ts, p.processed_per_s, p.queue_depth]));
+  j.chart("lat").prepend(pts.map(p => [p.ts, p.p50_ms, p.p99_ms]));
+  const g = (j.status || {}).group;
+  if (g) j.chart("group").prepend(pts.map(p => [p.ts, p.group_size, p.overhead, p.total_overhead, g.low, g.high]));
 }
 
 function removeJob(name) {
@@ -715,6 +927,12 @@ async function pollJobs() {
   const ul = document.getElementById("joblist"), box = document.getElementById("jobs");
   for (const s of list) {
     const j = jobView(s.name, s.kind);
+    j.polledAt = Date.now();
+    // Once per job, and only for jobs the service lists.
+    if (!j.historyAsked) {
+      j.historyAsked = true;
+      loadHistory(j);
+    }
     // Keep the service's order.
     ul.appendChild(j.item);
     box.appendChild(j.el);
@@ -886,6 +1104,7 @@ function connect() {
   ws.onopen = () => {
     opened = true;
     connected = true;
+    feedOpenedAt = Date.now();
     retryMs = 250;
     lastMsgAt = Date.now();
     setConn("live", "live");

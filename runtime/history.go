@@ -1,0 +1,64 @@
+package runtime
+
+import "time"
+
+// HistoryLen is how many one-second points of a job's recent stats the
+// engine keeps: ten minutes. It bounds the history's memory to about
+// HistoryLen × 80 bytes per job, whatever the job does.
+const HistoryLen = 600
+
+// HistoryPoint is one second of a job's stats as its status reported
+// them then: rates and latency quantiles over the sampling window, the
+// queue depth and the group scheduling at that moment.
+type HistoryPoint struct {
+	At            int64   `json:"ts"` // Unix ms
+	Accepted      float64 `json:"accepted_per_s"`
+	Processed     float64 `json:"processed_per_s"`
+	P50           float64 `json:"p50_ms"`
+	P99           float64 `json:"p99_ms"`
+	QueueDepth    int64   `json:"queue_depth"`
+	GroupSize     float64 `json:"group_size"`
+	Overhead      float64 `json:"overhead"`
+	TotalOverhead float64 `json:"total_overhead"`
+}
+
+// history is a ring of the last HistoryLen points; its sampler's mutex
+// guards it.
+type history struct {
+	points []HistoryPoint // grows to HistoryLen, then wraps
+	next   int
+}
+
+func (h *history) add(p HistoryPoint) {
+	if len(h.points) < HistoryLen {
+		h.points = append(h.points, p)
+		return
+	}
+	h.points[h.next] = p
+	h.next = (h.next + 1) % HistoryLen
+}
+
+// oldestFirst copies the points in time order.
+func (h *history) oldestFirst() []HistoryPoint {
+	out := make([]HistoryPoint, 0, len(h.points))
+	out = append(out, h.points[h.next:]...)
+	return append(out, h.points[:h.next]...)
+}
+
+// point is what the status would have said at sample x.
+func (x sample) point(r Rates, l Latency) HistoryPoint {
+	p := HistoryPoint{At: x.at.UnixMilli(), Accepted: r.Accepted, Processed: r.Processed, P50: l.P50, P99: l.P99, QueueDepth: x.depth}
+	if x.group != nil {
+		p.GroupSize, p.Overhead, p.TotalOverhead = sig3(x.group.Size), x.group.Overhead, x.group.TotalOverhead
+	}
+	return p
+}
+
+// History returns the job's recent stats, one point a second, oldest
+// first: at most HistoryLen points, none older than the job.
+func (j *Job) History() []HistoryPoint {
+	return j.samples.history()
+}
+
+// HistoryInterval is the time between two history points.
+const HistoryInterval = time.Second
