@@ -63,7 +63,8 @@ type Estimate struct {
 	// Exact: no sampling, eviction or loss, so COUNT and SUM are the join's.
 	Exact bool `json:"exact"`
 	// Complete is false when tuples that could have matched in the window
-	// were evicted for max_state: the estimates are then low.
+	// were evicted for max_state: the estimates are then low, and the high
+	// ends allow for the matches the evicted tuples would have found.
 	Complete bool `json:"complete"`
 	// Lost is the samples lost in crashes; Widened the factor the
 	// half-widths grew by because of them (AF-Stream: n/(n−λ) samples).
@@ -103,6 +104,14 @@ func (a *Acc) Estimate(p, confidence float64) Estimate {
 			lostS = a.Lost * 2 * math.Abs(s) / n
 		}
 		e.Widened = widen
+	}
+	// Evicted tuples take the matches they would still have found with
+	// them: the high side rises by what they would have found at the
+	// window's rate of matches per sampled tuple. Like AF-Stream's
+	// compensation for lost samples, an estimate, not a guarantee.
+	if n := float64(e.Sampled); a.Evicted > 0 && n > 0 {
+		lostC += float64(a.Evicted) * 2 * c / n
+		lostS += float64(a.Evicted) * 2 * math.Abs(s) / n
 	}
 	e.Count = interval(c, z*widen*math.Sqrt(max(varC, 0)), lostC)
 	// The sampled matches are real: the join has at least as many.

@@ -397,3 +397,29 @@ func TestCorruptBackupsRefused(t *testing.T) {
 		t.Fatal("a delta without its full backup was accepted")
 	}
 }
+
+// A window with evicted tuples is incomplete: its estimate is low, and its
+// high end allows for the matches the evicted tuples would have found,
+// instead of low == high == estimate.
+func TestEvictionWidensTheHighSide(t *testing.T) {
+	a := Acc{Seen: [2]uint64{100, 100}, Sampled: [2]uint64{100, 100}, M: 50, Sy: 50, Evicted: 20}
+	e := a.Estimate(1, 0.95)
+	if e.Complete || e.Exact {
+		t.Fatalf("complete %v exact %v with evictions", e.Complete, e.Exact)
+	}
+	if e.Count.Low != 50 || e.Count.Estimate != 50 {
+		t.Fatalf("count %+v: the matches found are the low end and the estimate", e.Count)
+	}
+	// 50 matches over 200 tuples: each tuple is in 0.5 of a match; 20
+	// evicted tuples could have found 10 more.
+	if want := 60.0; math.Abs(e.Count.High-want) > 1e-9 {
+		t.Fatalf("count high %v, want %v", e.Count.High, want)
+	}
+	if e.Sum.High <= e.Sum.Estimate {
+		t.Fatalf("sum %+v: high not above the estimate", e.Sum)
+	}
+	a.Evicted = 0
+	if e := a.Estimate(1, 0.95); e.Count.High != 50 || !e.Exact {
+		t.Fatalf("without evictions: %+v exact %v", e.Count, e.Exact)
+	}
+}

@@ -762,7 +762,7 @@ func (b *browser) checkBadgesTellTheTruth() {
 			{name: "grow-probe", kind: "heavy_hitters", spec: {sync: {max_group: 1024}}, rates: {}, latency: {}, group: {...group, size: 64}},
 			{name: "evict-probe", kind: "join", rates: {}, latency: {}, partitions: [{}, {}, {}, {}], join: {
 				seen: 10000, evicted: 4500, matches: 100, state_bytes: 430, max_state_bytes: 1000, match_rate: 3,
-				estimate: {count: {estimate: 100, low: 100, high: 100}, sum: {estimate: 5, low: 5, high: 5}, sample: 1, confidence: 0.95, exact: false, complete: false}}},
+				estimate: {count: {estimate: 100, low: 100, high: 190}, sum: {estimate: 5, low: 5, high: 9.5}, sample: 1, confidence: 0.95, exact: false, complete: false}}},
 		];
 		for (const st of troubled) {
 			onMessage({type: "stats", job: st.name, ts: Date.now(), dropped: 0, stats: st});
@@ -806,7 +806,7 @@ func (b *browser) checkBadgesTellTheTruth() {
 		"grow":           "ok |",
 		"evict":          "evicts 45% | 4,500 of 10,000 tuples seen were evicted",
 		"joinNote":       "incomplete: 4,500 evicted for max_state (45% of the tuples seen)",
-		"high":           "unknown (evicted),unknown (evicted)",
+		"high":           "190 (with evicted),9.5 (with evicted)",
 		"stateNote":      "split over 4 partitions",
 		"afterReconnect": "evicts 45%",
 		"feedLate":       "stats late | no stats message for 60 s on the feed",

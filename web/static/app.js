@@ -584,10 +584,11 @@ class JobView {
     const est = j.estimate || {};
     set(e, "join_window", isNum(est.window_start) ? `window ${clockMs(est.window_start)} – ${clockMs(est.window_end)}` : "");
     // Tuples evicted before their window closed took matches with them:
-    // the estimate and low stand, the high bound is not known.
+    // the estimate and low stand, and the high end allows for those
+    // matches at the window's rate (an estimate, not a bound).
     const incomplete = est.complete === false;
     fill($(e, "table.estimates tbody"), ["count", "sum", "avg"].filter(k => est[k]).map(k =>
-      row([k.toUpperCase(), sig(est[k].estimate), sig(est[k].low), incomplete ? "unknown (evicted)" : sig(est[k].high)], ["", "num", "num", "num"])));
+      row([k.toUpperCase(), sig(est[k].estimate), sig(est[k].low), incomplete ? sig(est[k].high) + " (with evicted)" : sig(est[k].high)], ["", "num", "num", "num"])));
     set(e, "join_note", joinNote(est, ev));
     if (chart) this.chart("join").push(ts, j.match_rate, j.state_bytes);
     // The sampled match feed is livelier; the status' recent list stands in.
