@@ -33,7 +33,7 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 		processed:     prometheus.NewDesc("mlstream_events_processed_total", "Events processed per job.", []string{"job"}, nil),
 		shed:          prometheus.NewDesc("mlstream_events_shed_total", "Events dropped by load shedding per job (jobs with a shed section).", []string{"job"}, nil),
 		groupSize:     prometheus.NewDesc("mlstream_group_size", "Coordination group size in batches, per partition (Drizzle group scheduling).", []string{"job", "partition"}, nil),
-		groupOverhead: prometheus.NewDesc("mlstream_group_overhead", "Share of the last group's time spent coordinating, per partition.", []string{"job", "partition"}, nil),
+		groupOverhead: prometheus.NewDesc("mlstream_group_overhead_ratio", "Share of the last group's time spent coordinating (0-1), per partition.", []string{"job", "partition"}, nil),
 		heldBack:      prometheus.NewDesc("mlstream_senders_held_back", "Ingest requests held back now so that no more than l events wait without an item backup.", []string{"job"}, nil),
 		depth:         prometheus.NewDesc("mlstream_queue_depth", "Events queued and not yet processed, per partition.", []string{"job", "partition"}, nil),
 		capacity:      prometheus.NewDesc("mlstream_queue_capacity", "Capacity of each partition queue, in events.", []string{"job", "partition"}, nil),
@@ -134,13 +134,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(m.heldBack, prometheus.GaugeValue, float64(held), name)
 		s := j.lat.snap()
-		buckets := make(map[float64]uint64, len(latBounds))
-		var cum uint64
-		for i, b := range latBounds {
-			cum += s.counts[i]
-			buckets[b] = cum
-		}
-		ch <- prometheus.MustNewConstHistogram(m.latency, s.total(), float64(s.sumNs)/1e9, buckets, name)
+		ch <- prometheus.MustNewConstHistogram(m.latency, s.total(), float64(s.sumNs)/1e9, s.promBuckets(), name)
 		if j.ft != nil {
 			m.collectFT(ch, name, j.ft.status(j))
 		}
@@ -178,4 +172,26 @@ func (m *metrics) collectFT(ch chan<- prometheus.Metric, job string, f *FTStatus
 	if f.Recovery != nil {
 		gauge(m.ftLost, float64(f.Recovery.Lost))
 	}
+}
+
+// promBounds are the latency histogram's buckets in /metrics, in seconds:
+// a few readable bounds instead of the 41 internal ones.
+var promBounds = []float64{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
+
+// promBuckets folds the internal buckets into promBounds, cumulatively.
+// An internal bucket counts under the first readable bound at or above
+// its own upper bound, so a count is never under a bound its latencies
+// may exceed.
+func (s latSnap) promBuckets() map[float64]uint64 {
+	out := make(map[float64]uint64, len(promBounds))
+	var cum uint64
+	i := 0
+	for _, b := range promBounds {
+		for i < len(latBounds) && latBounds[i] <= b {
+			cum += s.counts[i]
+			i++
+		}
+		out[b] = cum
+	}
+	return out
 }

@@ -30,6 +30,7 @@ func init() {
 		Name: Name, New: newJob, Memory: memory,
 		Divergence: 64, // HyperLogLog registers changed
 		Messages:   []string{TypeDistinct},
+		Describe:   describe,
 	})
 }
 

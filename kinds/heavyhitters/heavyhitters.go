@@ -41,6 +41,7 @@ func init() {
 			Reweight: true,
 		},
 		Messages: []string{TypeTopK},
+		Describe: describe,
 	})
 }
 

@@ -52,10 +52,11 @@ var (
 	tuplesDesc   = prometheus.NewDesc("mlstream_join_tuples_total", "Tuples of a join by outcome: late (dropped, behind the watermark), expired (left the state past the interval), evicted (left it early for max_state).", []string{"job", "outcome"}, nil)
 	stateDesc    = prometheus.NewDesc("mlstream_join_state_bytes", "Accounted bytes of a join's buffered tuples and key index.", []string{"job"}, nil)
 	maxStateDesc = prometheus.NewDesc("mlstream_join_max_state_bytes", "A join's max_state.", []string{"job"}, nil)
+	countDesc    = prometheus.NewDesc("mlstream_join_count_estimate", "A join's COUNT in its current window (the whole stream without windows), with the low and high end of its interval (bound).", []string{"job", "bound"}, nil)
 )
 
 func describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{matchesDesc, tuplesDesc, stateDesc, maxStateDesc} {
+	for _, d := range []*prometheus.Desc{matchesDesc, tuplesDesc, stateDesc, maxStateDesc, countDesc} {
 		ch <- d
 	}
 }
@@ -70,4 +71,9 @@ func (j *joinJob) Collect(job string, ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, float64(js.StateBytes), job)
 	ch <- prometheus.MustNewConstMetric(maxStateDesc, prometheus.GaugeValue, float64(js.MaxStateBytes), job)
+	if e := js.Estimate; e != nil {
+		for bound, v := range map[string]float64{"estimate": e.Count.Estimate, "low": e.Count.Low, "high": e.Count.High} {
+			ch <- prometheus.MustNewConstMetric(countDesc, prometheus.GaugeValue, v, job, bound)
+		}
+	}
 }

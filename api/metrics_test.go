@@ -1,0 +1,53 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// /metrics carries the synopses' answers (distinct estimate, top-k size,
+// the join's COUNT), the latency histogram in a few readable buckets, and
+// ratio metrics named _ratio.
+func TestMetricsOfAnswers(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putJob("users", `{"kind":"distinct","input":"s","partitions":1,"params":{"field":"u"}}`)
+	ts.putJob("top", `{"kind":"heavy_hitters","input":"s","partitions":1,"params":{"field":"u","k":2}}`)
+	ts.putJob("pairs", `{"kind":"join","left":"a","right":"b","partitions":1,"params":{"on":"k","within":"1m"}}`)
+	if code, body := ts.post("s", "{\"u\":\"x\"}\n{\"u\":\"y\"}\n{\"u\":\"x\"}\n{\"u\":\"z\"}"); code != http.StatusAccepted {
+		t.Fatalf("post: %d %v", code, body)
+	}
+	for _, s := range []string{"a", "b"} {
+		if code, body := ts.post(s, `{"k":"1","ts":1000}`); code != http.StatusAccepted {
+			t.Fatalf("post %s: %d %v", s, code, body)
+		}
+	}
+	ts.waitProcessed("users")
+	ts.waitProcessed("top")
+	ts.waitProcessed("pairs")
+	for _, series := range []string{
+		`mlstream_distinct_estimate{bound="estimate",job="users"}`,
+		`mlstream_topk_items{job="top"}`,
+		`mlstream_topk_events{job="top"}`,
+		`mlstream_join_count_estimate{bound="estimate",job="pairs"}`,
+	} {
+		want := map[string]float64{"users": 3, "top": 2, "pairs": 1}
+		job := series[strings.Index(series, `job="`)+5 : strings.LastIndex(series, `"`)]
+		if strings.HasPrefix(series, "mlstream_topk_events") {
+			want["top"] = 4
+		}
+		if got := ts.counter(series); got != want[job] {
+			t.Errorf("%s = %v, want %v", series, got, want[job])
+		}
+	}
+	m := ts.metrics()
+	if n := strings.Count(m, `mlstream_processing_latency_seconds_bucket{job="users"`); n != 11+1 {
+		t.Errorf("%d latency buckets for a job, want %d: 11 readable ones and +Inf", n, 11+1)
+	}
+	if !strings.Contains(m, `mlstream_processing_latency_seconds_bucket{job="users",le="0.001"}`) {
+		t.Errorf("no readable latency bucket le=0.001")
+	}
+	if strings.Contains(m, "mlstream_group_overhead{") || !strings.Contains(m, "mlstream_group_overhead_ratio{") {
+		t.Errorf("the overhead share is not named _ratio")
+	}
+}
