@@ -51,3 +51,29 @@ func TestMetricsOfAnswers(t *testing.T) {
 		t.Errorf("the overhead share is not named _ratio")
 	}
 }
+
+// Query parameters a route does not take are refused with 400 naming them.
+func TestUnknownQueryParametersAreRefused(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putJob("users", `{"kind":"distinct","input":"s","partitions":1,"params":{"field":"u"}}`)
+	for _, c := range []struct{ method, path, field string }{
+		{"GET", "/v1/jobs?detail=1", "detail"},
+		{"GET", "/v1/jobs/users?verbose=true", "verbose"},
+		{"POST", "/v1/streams/s/events?sync=1", "sync"},
+		{"GET", "/v1/jobs/users/distinct?windw=all", "windw"},
+		{"GET", "/v1/ws?job=users", "job"},
+		{"DELETE", "/v1/jobs/users?force=1", "force"},
+	} {
+		var body []byte
+		if c.method == "POST" {
+			body = []byte(`{"u":"x"}`)
+		}
+		code, _, out := ts.do(c.method, c.path, "", body)
+		if code != http.StatusBadRequest || out["field"] != c.field {
+			t.Errorf("%s %s: %d %v, want 400 naming %q", c.method, c.path, code, out, c.field)
+		}
+	}
+	if code, _, _ := ts.do("GET", "/v1/jobs/users", "", nil); code != 200 {
+		t.Fatalf("the job after the refused DELETE: %d", code)
+	}
+}

@@ -86,25 +86,26 @@ func New(cfg Config) *Server {
 	})
 	read, ingest, admin := s.require(ScopeRead), s.require(ScopeIngest), s.require(ScopeAdmin)
 	r.With(read).Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	none := knownParams()
 	r.Route("/v1", func(r chi.Router) {
-		r.With(ingest).Post("/streams/{stream}/events", s.ingest)
+		r.With(ingest, none).Post("/streams/{stream}/events", s.ingest)
 		r.Group(func(r chi.Router) {
 			r.Use(read)
-			r.Get("/jobs", s.listJobs)
-			r.Get("/jobs/{job}", s.getJob)
-			r.Get("/jobs/{job}/history", s.getHistory)
-			r.Post("/jobs/{job}/predict", s.predict)
+			r.With(none).Get("/jobs", s.listJobs)
+			r.With(none).Get("/jobs/{job}", s.getJob)
+			r.With(none).Get("/jobs/{job}/history", s.getHistory)
+			r.With(none).Post("/jobs/{job}/predict", s.predict)
 			r.Get("/jobs/{job}/query/{name}", s.query)
 			// The query URLs older than /query/{name}.
 			for _, name := range []string{"model", "topk", "distinct", "matches"} {
 				r.Get("/jobs/{job}/"+name, s.queryAlias(name))
 			}
-			r.Get("/ws", s.ws)
+			r.With(knownParams("jobs", "types")).Get("/ws", s.ws)
 		})
-		r.With(admin).Put("/jobs/{job}", s.putJob)
-		r.With(admin).Delete("/jobs/{job}", s.deleteJob)
-		r.With(admin).Post("/jobs/{job}/pause", s.pauseJob)
-		r.With(admin).Post("/jobs/{job}/resume", s.resumeJob)
+		r.With(admin, none).Put("/jobs/{job}", s.putJob)
+		r.With(admin, none).Delete("/jobs/{job}", s.deleteJob)
+		r.With(admin, none).Post("/jobs/{job}/pause", s.pauseJob)
+		r.With(admin, none).Post("/jobs/{job}/resume", s.resumeJob)
 	})
 	if cfg.Dashboard != nil {
 		r.Handle("/*", cfg.Dashboard)
