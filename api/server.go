@@ -94,6 +94,7 @@ func New(cfg Config) *Server {
 			r.Get("/jobs/{job}", s.getJob)
 			r.Post("/jobs/{job}/predict", s.predict)
 			r.Get("/jobs/{job}/query/{name}", s.query)
+			r.Get("/jobs/{job}/model/export", s.exportModel)
 			// The query URLs older than /query/{name}.
 			for _, name := range []string{"model", "topk", "distinct", "matches"} {
 				r.Get("/jobs/{job}/"+name, s.queryAlias(name))
@@ -102,6 +103,7 @@ func New(cfg Config) *Server {
 		})
 		r.With(admin).Put("/jobs/{job}", s.putJob)
 		r.With(admin).Delete("/jobs/{job}", s.deleteJob)
+		r.With(admin).Put("/jobs/{job}/model", s.importModel)
 		r.With(admin).Post("/jobs/{job}/pause", s.pauseJob)
 		r.With(admin).Post("/jobs/{job}/resume", s.resumeJob)
 	})

@@ -67,6 +67,9 @@ type logregJob struct {
 		learned  int64
 	}
 	maxFeats atomic.Int64 // most features seen in one event, for alpha
+	// swap is held shared by each partition for a batch and by predictions,
+	// exclusively by a model import or export (modelio.go).
+	swap sync.RWMutex
 
 	mu struct {
 		sync.Mutex
@@ -221,6 +224,8 @@ type logregPart struct {
 const publishEvery = 100 * time.Millisecond
 
 func (p *logregPart) Process(recs []runtime.Record, logged bool) {
+	p.job.swap.RLock()
+	defer p.job.swap.RUnlock()
 	if !p.active {
 		p.job.clock.SetActive(p.index, true)
 		p.active = true
@@ -341,6 +346,8 @@ func (p *predictor) Predict(v *fastjson.Value, line int) (runtime.Predicted, err
 	if err := p.j.Extract(v, &p.rec, &p.arena, 0); err != nil {
 		return runtime.Predicted{}, runtime.AtLine(err, line)
 	}
+	p.j.swap.RLock()
+	defer p.j.swap.RUnlock()
 	return runtime.Predicted{Key: p.rec.Key, P: p.j.model.Predict(p.rec.Features)}, nil
 }
 

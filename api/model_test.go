@@ -1,0 +1,292 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/mlstream/mlstream/ft"
+	"github.com/mlstream/mlstream/runtime"
+)
+
+// raw sends a request with exactly contentType ("" for none) and returns
+// the status and the body bytes.
+func (ts *testServer) raw(method, path, contentType string, body []byte) (int, []byte) {
+	ts.t.Helper()
+	if contentType == "" {
+		contentType = noContentType
+	}
+	code, _, data := ts.sendRaw(method, path, contentType, body)
+	return code, data
+}
+
+// predictAll returns the job's probabilities for the events of body and
+// its model version.
+func (ts *testServer) predictAll(job, body string) ([]float64, uint64) {
+	ts.t.Helper()
+	code, data := ts.raw("POST", "/v1/jobs/"+job+"/predict", "application/x-ndjson", []byte(body))
+	if code != http.StatusOK {
+		ts.t.Fatalf("predict %s: %d %s", job, code, data)
+	}
+	var resp predictResponse
+	if err := json.Unmarshal(data, &resp); err != nil {
+		ts.t.Fatal(err)
+	}
+	ps := make([]float64, len(resp.Predictions))
+	for i, p := range resp.Predictions {
+		ps[i] = p.P
+	}
+	return ps, resp.ModelVersion
+}
+
+func (ts *testServer) exportModel(job string) []byte {
+	ts.t.Helper()
+	code, data := ts.raw("GET", "/v1/jobs/"+job+"/model/export", "", nil)
+	if code != http.StatusOK {
+		ts.t.Fatalf("export %s: %d %s", job, code, data)
+	}
+	return data
+}
+
+// feed posts body to stream in chunks of n lines, waiting for the jobs to
+// process each chunk, so that every job sees the same batches.
+func (ts *testServer) feed(stream, body string, n int, jobs ...string) {
+	ts.t.Helper()
+	lines := strings.SplitAfter(body, "\n")
+	for i := 0; i < len(lines); i += n {
+		chunk := strings.Join(lines[i:min(i+n, len(lines))], "")
+		if chunk == "" {
+			continue
+		}
+		if code, out := ts.post(stream, chunk); code != http.StatusAccepted && code != http.StatusOK {
+			ts.t.Fatalf("post %s: %d %v", stream, code, out)
+		}
+		for _, j := range jobs {
+			ts.waitProcessed(j)
+		}
+	}
+}
+
+const (
+	modelSpecA = `{"kind":"logreg","input":"a","partitions":1,"params":{"hash_bits":16}}`
+	modelSpecB = `{"kind":"logreg","input":"b","partitions":1,"params":{"hash_bits":16}}`
+)
+
+func assertSamePredictions(t *testing.T, ts *testServer, body string) {
+	t.Helper()
+	pa, va := ts.predictAll("a", body)
+	pb, vb := ts.predictAll("b", body)
+	if va != vb {
+		t.Fatalf("model versions differ: a %d, b %d", va, vb)
+	}
+	if len(pa) != 10000 || len(pb) != len(pa) {
+		t.Fatalf("%d and %d predictions", len(pa), len(pb))
+	}
+	for i := range pa {
+		if pa[i] != pb[i] {
+			t.Fatalf("event %d: a predicts %v, b %v", i, pa[i], pb[i])
+		}
+	}
+}
+
+func TestModelExportImportPredictsTheSameAndLearnsTheSame(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putJob("a", modelSpecA)
+	ts.putJob("b", modelSpecB)
+	ts.feed("a", genBody(1, 3000), 500, "a")
+	exported := ts.exportModel("a")
+
+	if code, data := ts.raw("PUT", "/v1/jobs/b/model", "application/octet-stream", exported); code != http.StatusOK {
+		t.Fatalf("import: %d %s", code, data)
+	}
+	probe := genBody(2, 10000)
+	assertSamePredictions(t, ts, probe)
+
+	// Both go on learning from the same events in the same batches.
+	afterImport, _ := ts.predictAll("b", probe)
+	more := genBody(3, 2000)
+	ts.feed("a", more, 500, "a")
+	ts.feed("b", more, 500, "b")
+	assertSamePredictions(t, ts, probe)
+	learned, _ := ts.predictAll("b", probe)
+	if learned[0] == afterImport[0] && learned[1] == afterImport[1] {
+		t.Fatal("b did not learn after the import")
+	}
+}
+
+// A model that does not fit is refused with a 400 naming the mismatch, and
+// the job keeps its own.
+func TestModelImportRefusesWhatDoesNotFit(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putJob("a", modelSpecA)
+	ts.putJob("b", modelSpecB)
+	ts.putJob("c", `{"kind":"logreg","input":"b","partitions":1,"params":{"hash_bits":17}}`)
+	ts.putJob("d", `{"kind":"logreg","input":"b","partitions":1,"params":{"hash_bits":16,"alpha":0.1}}`)
+	ts.putJob("hh", `{"kind":"heavy_hitters","input":"b","partitions":1,"params":{"field":"key"}}`)
+	ts.feed("a", genBody(1, 1000), 1000, "a")
+	good := ts.exportModel("a")
+	ts.feed("b", genBody(5, 1000), 1000, "b")
+	probe := genBody(2, 100)
+	before, _ := ts.predictAll("b", probe)
+
+	flipped := bytes.Clone(good)
+	flipped[len(flipped)/2] ^= 1
+	version := bytes.Clone(good)
+	version[8] = 9
+	cases := []struct {
+		name, job, ctype string
+		body             []byte
+		status           int
+		field, msg       string
+	}{
+		{"hash_bits", "c", "application/octet-stream", good, 400, "params.hash_bits", "hash_bits 16, the job 17"},
+		{"alpha", "d", "application/octet-stream", good, 400, "params.alpha", "alpha"},
+		{"damaged", "b", "application/octet-stream", flipped, 400, "format", "checksum"},
+		{"truncated", "b", "application/octet-stream", good[:len(good)-10], 400, "format", ""},
+		{"format version", "b", "application/octet-stream", version, 400, "format", "format version 9"},
+		{"not a model", "b", "application/octet-stream", []byte("hello"), 400, "format", "not an exported mlstream model"},
+		{"json body", "b", "application/json", []byte(`{}`), 415, "Content-Type", "octet-stream"},
+		{"kind without a model", "hh", "application/octet-stream", good, 400, "", "no exportable model"},
+		{"no job", "nope", "application/octet-stream", good, 404, "", "no job"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, data := ts.raw("PUT", "/v1/jobs/"+c.job+"/model", c.ctype, c.body)
+			var e apiError
+			_ = json.Unmarshal(data, &e)
+			if code != c.status || e.Field != c.field || !strings.Contains(e.Error, c.msg) {
+				t.Fatalf("%d %s; want %d naming %q with %q", code, data, c.status, c.field, c.msg)
+			}
+		})
+	}
+	after, _ := ts.predictAll("b", probe)
+	for i := range before {
+		if before[i] != after[i] {
+			t.Fatalf("a refused import changed b's prediction %d: %v to %v", i, before[i], after[i])
+		}
+	}
+	if code, data := ts.raw("GET", "/v1/jobs/a/model/export?format=xml", "", nil); code != 400 || !strings.Contains(string(data), `"field":"format"`) {
+		t.Fatalf("format=xml: %d %s", code, data)
+	}
+}
+
+// The readable form holds the header, the learner parameters and every
+// non-zero slot.
+func TestModelExportJSON(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putJob("a", modelSpecA)
+	ts.feed("a", genBody(1, 1000), 1000, "a")
+	code, data := ts.raw("GET", "/v1/jobs/a/model/export?format=json", "", nil)
+	if code != 200 {
+		t.Fatalf("%d %s", code, data)
+	}
+	var m struct {
+		Format        string `json:"format"`
+		FormatVersion int    `json:"format_version"`
+		Kind, Job     string
+		Params        struct {
+			HashBits  int    `json:"hash_bits"`
+			Optimizer string `json:"optimizer"`
+		} `json:"params"`
+		Updates uint64 `json:"updates"`
+		NonZero int    `json:"nonzero_weights"`
+		Slots   []struct {
+			Slot   int     `json:"slot"`
+			Weight float64 `json:"weight"`
+		} `json:"slots"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Format != "mlstream-model" || m.FormatVersion != 1 || m.Kind != "logreg" || m.Job != "a" ||
+		m.Params.HashBits != 16 || m.Params.Optimizer != "ftrl" || m.Updates != 1000 || m.NonZero == 0 || len(m.Slots) < m.NonZero {
+		t.Fatalf("json export: %+v", m)
+	}
+}
+
+// Ingest goes on while a model is imported: nothing accepted is lost and
+// the job ends up learning on the imported model.
+func TestModelImportWhileIngesting(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putJob("a", modelSpecA)
+	ts.putJob("b", `{"kind":"logreg","input":"b","partitions":2,"params":{"hash_bits":16}}`)
+	ts.feed("a", genBody(1, 2000), 2000, "a")
+	good := ts.exportModel("a")
+	done := make(chan int)
+	go func() {
+		accepted := 0
+		for i := range 20 {
+			req, _ := http.NewRequest("POST", ts.http.URL+"/v1/streams/b/events", strings.NewReader(genBody(int64(10+i), 200)))
+			req.Header.Set("Content-Type", "application/x-ndjson")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				if resp.StatusCode/100 == 2 {
+					accepted += 200
+				}
+				resp.Body.Close()
+			}
+		}
+		done <- accepted
+	}()
+	for range 5 {
+		if code, data := ts.raw("PUT", "/v1/jobs/b/model", "application/octet-stream", good); code != http.StatusOK {
+			t.Fatalf("import: %d %s", code, data)
+		}
+	}
+	accepted := <-done
+	st := ts.waitProcessed("b")
+	if int(st.Processed) != accepted || accepted == 0 {
+		t.Fatalf("b processed %d of %d accepted", st.Processed, accepted)
+	}
+}
+
+// crashableNode is a real engine with a data directory behind a real
+// server, which the test abandons without Close (kill -9): only what was
+// backed up before survives.
+func crashableNode(t *testing.T, dir string) *testServer {
+	t.Helper()
+	store, err := ft.NewDirStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e := runtime.NewEngine(runtime.Config{Partitions: 1, Storage: ft.NewDir(dir, store), Logger: log})
+	s := New(Config{Engine: e, Logger: log})
+	s.SetReady(true)
+	hs := httptest.NewServer(s)
+	t.Cleanup(hs.Close)
+	return &testServer{t: t, engine: e, api: s, http: hs}
+}
+
+// After an import a crash recovers the imported model, not the job's old
+// one: the import takes a full backup at once.
+func TestModelImportSurvivesACrash(t *testing.T) {
+	const ftSpec = `{"kind":"logreg","input":"b","partitions":1,"params":{"hash_bits":12},
+		"ft":{"mode":"approx","max_divergence":1e9,"max_pending":1000000,"max_unacked":1000000}}`
+	dir := t.TempDir()
+	n1 := crashableNode(t, dir)
+	n1.putJob("a", `{"kind":"logreg","input":"a","partitions":1,"params":{"hash_bits":12}}`)
+	n1.putJob("b", ftSpec)
+	n1.feed("a", genBody(1, 2000), 1000, "a")
+	n1.feed("b", genBody(7, 2000), 1000, "b")
+	good := n1.exportModel("a")
+	probe := genBody(2, 10000)
+	want, _ := n1.predictAll("a", probe)
+	if code, data := n1.raw("PUT", "/v1/jobs/b/model", "application/octet-stream", good); code != http.StatusOK {
+		t.Fatalf("import: %d %s", code, data)
+	}
+	n1.http.Close() // the crash
+
+	n2 := crashableNode(t, dir)
+	n2.putJob("b", ftSpec)
+	got, _ := n2.predictAll("b", probe)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("after the crash b predicts %v for event %d, the imported model %v", got[i], i, want[i])
+		}
+	}
+}
