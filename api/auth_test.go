@@ -63,6 +63,7 @@ func TestTokensAndScopesOnEveryRouteClass(t *testing.T) {
 		{"GET", "/v1/jobs/spam/model?weights=true", "", ScopeRead},
 		{"POST", "/v1/jobs/spam/predict", `{"features":{"x":1}}`, ScopeRead},
 		{"GET", "/v1/jobs/spam/model/export", "", ScopeRead},
+		{"POST", "/v1/jobs/spam/explain", `{"features":{"x":1}}`, ScopeRead},
 		{"PUT", "/v1/jobs/spam/model", "not a model", ScopeAdmin},
 		{"GET", "/metrics", "", ScopeRead},
 		{"PUT", "/v1/jobs/other", `{"kind":"distinct","input":"mail","params":{"field":"key"}}`, ScopeAdmin},

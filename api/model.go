@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/mlstream/mlstream/runtime"
+	"github.com/valyala/fastjson"
 )
 
 // modelMediaType is the Content-Type of a binary exported model.
@@ -46,7 +47,10 @@ func (s *Server) importModel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, apiError{Error: "send the binary export (GET .../model/export) as " + modelMediaType, Field: "Content-Type"})
 		return
 	}
-	if err := mio.ImportModel(r.Body); err != nil {
+	stop := bodyDeadline(w)
+	err := mio.ImportModel(r.Body)
+	stop()
+	if err != nil {
 		s.modelError(w, j, "import", err)
 		return
 	}
@@ -85,4 +89,46 @@ func (s *Server) modelError(w http.ResponseWriter, j *runtime.Job, op string, er
 	}
 	s.log.Warn("model "+op+" refused", "job", j.Name(), "status", status, "err", err)
 	writeError(w, status, body)
+}
+
+// explainResponse is the body of POST /v1/jobs/{job}/explain.
+type explainResponse struct {
+	Job          string `json:"job"`
+	ModelVersion uint64 `json:"model_version"`
+	Explanations []any  `json:"explanations"`
+}
+
+// explain answers POST /v1/jobs/{job}/explain: each event's prediction
+// taken apart by feature (bias, each feature's weight × value, margin,
+// probability), nothing learned. Read scope, the limits of predict.
+func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.lookupJob(w, r)
+	if !ok {
+		return
+	}
+	ex, err := j.Explainer()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Error: err.Error()})
+		return
+	}
+	buf, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		s.decodeError(w, err)
+		return
+	}
+	defer releaseBody(buf)
+	resp := explainResponse{Job: j.Name(), Explanations: []any{}}
+	if pr, err := j.Predictor(); err == nil {
+		resp.ModelVersion = pr.Version()
+	}
+	_, err = decodeEvents(buf.Bytes(), r.Header.Get("Content-Type"), s.cfg.MaxEventBytes, func(v *fastjson.Value, line int) error {
+		e, err := ex.Explain(v, line)
+		resp.Explanations = append(resp.Explanations, e)
+		return err
+	})
+	if err != nil {
+		s.decodeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
 }

@@ -290,3 +290,68 @@ func TestModelImportSurvivesACrash(t *testing.T) {
 		}
 	}
 }
+
+// explain takes a prediction apart by feature name; the parts add up to
+// the probability /predict gives, and features sharing a slot say so.
+func TestExplain(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putJob("a", modelSpecA)
+	ts.putJob("tiny", `{"kind":"logreg","input":"a","partitions":1,"params":{"hash_bits":1}}`)
+	ts.feed("a", genBody(1, 2000), 1000, "a", "tiny")
+	event := `{"key":"k1","features":{"amount":120,"country":"de","vip":true,"zero":0,"off":false}}`
+	code, data := ts.raw("POST", "/v1/jobs/a/explain", "application/x-ndjson", []byte(event))
+	if code != 200 {
+		t.Fatalf("explain: %d %s", code, data)
+	}
+	var resp struct {
+		Explanations []struct {
+			Key      string  `json:"key"`
+			P        float64 `json:"p"`
+			Margin   float64 `json:"margin"`
+			Bias     float64 `json:"bias"`
+			Features []struct {
+				Name         string   `json:"name"`
+				Value        float64  `json:"value"`
+				Weight       float64  `json:"weight"`
+				Contribution float64  `json:"contribution"`
+				CollidesWith []string `json:"collides_with"`
+			} `json:"features"`
+		} `json:"explanations"`
+	}
+	if err := json.Unmarshal(data, &resp); err != nil {
+		t.Fatal(err)
+	}
+	e := resp.Explanations[0]
+	var names []string
+	sum := e.Bias
+	for _, f := range e.Features {
+		names = append(names, f.Name)
+		if f.Contribution != f.Weight*f.Value {
+			t.Fatalf("%s: contribution %v is not weight %v × value %v", f.Name, f.Contribution, f.Weight, f.Value)
+		}
+		sum += f.Contribution
+	}
+	if strings.Join(names, ",") != "amount,country=de,vip" || e.Key != "k1" || sum != e.Margin {
+		t.Fatalf("explanation %+v", e)
+	}
+	if p, _ := ts.predictAll("a", event); p[0] != e.P {
+		t.Fatalf("explain says %v, predict %v", e.P, p[0])
+	}
+
+	// Three features on two slots: at least one pair collides.
+	code, data = ts.raw("POST", "/v1/jobs/tiny/explain", "application/x-ndjson", []byte(event))
+	if err := json.Unmarshal(data, &resp); code != 200 || err != nil {
+		t.Fatalf("%d %s", code, data)
+	}
+	collided := false
+	for _, f := range resp.Explanations[0].Features {
+		collided = collided || len(f.CollidesWith) > 0
+	}
+	if !collided {
+		t.Fatalf("no collision shown on two slots: %s", data)
+	}
+
+	if code, data := ts.raw("POST", "/v1/jobs/a/explain", "application/x-ndjson", []byte(event+"\n[1]")); code != 400 || !strings.Contains(string(data), `"line":2`) {
+		t.Fatalf("a bad second event: %d %s", code, data)
+	}
+}

@@ -95,6 +95,7 @@ func New(cfg Config) *Server {
 			r.Post("/jobs/{job}/predict", s.predict)
 			r.Get("/jobs/{job}/query/{name}", s.query)
 			r.Get("/jobs/{job}/model/export", s.exportModel)
+			r.Post("/jobs/{job}/explain", s.explain)
 			// The query URLs older than /query/{name}.
 			for _, name := range []string{"model", "topk", "distinct", "matches"} {
 				r.Get("/jobs/{job}/"+name, s.queryAlias(name))

@@ -82,3 +82,24 @@ func TestSummarize(t *testing.T) {
 		t.Fatalf("other hash bits: %v", err)
 	}
 }
+
+// An explanation adds up to the model's own prediction.
+func TestExplainAddsUpToPredict(t *testing.T) {
+	for _, norm := range []string{NormalizeNone, NormalizeL2} {
+		m := trainedModel(t, Config{HashBits: 12, Normalize: norm})
+		feats, _ := toyEvents(200)
+		for i, f := range feats {
+			e := m.Explain(f)
+			if p := m.Predict(f); e.P != p {
+				t.Fatalf("%s event %d: explanation %v, prediction %v", norm, i, e.P, p)
+			}
+			sum := e.Bias
+			for _, term := range e.Terms {
+				sum += term.Contribution
+			}
+			if sum != e.Margin || len(e.Terms) != len(f) {
+				t.Fatalf("%s event %d: terms add up to %v, margin %v", norm, i, sum, e.Margin)
+			}
+		}
+	}
+}

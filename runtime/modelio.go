@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/valyala/fastjson"
 )
 
 // ModelIO is the optional capability of an Instance whose state is a model
@@ -69,3 +71,21 @@ func (h unitHandle) Closing() bool {
 }
 
 func (h unitHandle) BackupFull() { h.u.backup(true, h.u.op.StateDivergence()) }
+
+// Explaining is the optional capability of an Instance that can take one
+// event's prediction apart by feature: POST /v1/jobs/{job}/explain. The
+// answer encodes as a JSON object; an error is an InputError (or one that
+// AtLine made) naming the line.
+type Explaining interface {
+	Explain(v *fastjson.Value, line int) (any, error)
+}
+
+// Explainer returns the job's explaining capability, or an error wrapping
+// ErrNotSupported.
+func (j *Job) Explainer() (Explaining, error) {
+	e, ok := j.kind.instance().(Explaining)
+	if !ok {
+		return nil, fmt.Errorf("%w: job %q is of kind %q, which does not explain predictions", ErrNotSupported, j.spec.Name, j.spec.Kind)
+	}
+	return e, nil
+}
