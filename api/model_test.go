@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -353,5 +354,81 @@ func TestExplain(t *testing.T) {
 
 	if code, data := ts.raw("POST", "/v1/jobs/a/explain", "application/x-ndjson", []byte(event+"\n[1]")); code != 400 || !strings.Contains(string(data), `"line":2`) {
 		t.Fatalf("a bad second event: %d %s", code, data)
+	}
+}
+
+// namedEvents: "good" marks positives, "bad" negatives, "n" is noise.
+func namedEvents(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i%2 == 0 {
+			fmt.Fprintf(&b, `{"label":1,"features":{"good":true,"n":%d,"color":"c%d"}}`+"\n", i%7+1, i%3)
+		} else {
+			fmt.Fprintf(&b, `{"label":0,"features":{"bad":true,"n":%d,"color":"c%d"}}`+"\n", i%7+1, i%3)
+		}
+	}
+	return b.String()
+}
+
+type topView struct {
+	Top []struct {
+		Weight float64 `json:"weight"`
+		Sign   string  `json:"sign"`
+		Names  []struct {
+			Name  string `json:"name"`
+			Count uint64 `json:"count"`
+		} `json:"names"`
+		Collision bool `json:"collision"`
+	} `json:"top"`
+	NamesSampled int `json:"names_sampled_every"`
+}
+
+func (ts *testServer) top(job string, n int) topView {
+	ts.t.Helper()
+	code, data := ts.raw("GET", fmt.Sprintf("/v1/jobs/%s/model?top=%d", job, n), "", nil)
+	var v topView
+	if err := json.Unmarshal(data, &v); code != 200 || err != nil {
+		ts.t.Fatalf("top: %d %s", code, data)
+	}
+	return v
+}
+
+// ?top=N lists the strongest weights by the names seen at their slots,
+// with sign and counts; an export carries the names to the importer.
+func TestTopWeightsByName(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putJob("a", modelSpecA)
+	ts.putJob("b", modelSpecB)
+	ts.putJob("tiny", `{"kind":"logreg","input":"a","partitions":1,"params":{"hash_bits":1}}`)
+	ts.feed("a", namedEvents(3200), 800, "a", "tiny")
+	v := ts.top("a", 3)
+	signs := map[string]string{}
+	for _, w := range v.Top {
+		if len(w.Names) == 1 && w.Names[0].Name == "(intercept)" {
+			continue
+		}
+		if len(w.Names) != 1 || w.Names[0].Count == 0 || w.Collision {
+			t.Fatalf("a weight without its one name: %+v", v)
+		}
+		signs[w.Names[0].Name] = w.Sign
+	}
+	if signs["good"] != "+" || signs["bad"] != "-" || v.NamesSampled != 16 {
+		t.Fatalf("top weights %+v", v)
+	}
+	collided := false
+	for _, w := range ts.top("tiny", 3).Top {
+		collided = collided || w.Collision && len(w.Names) > 1
+	}
+	if !collided {
+		t.Fatal("no collision shown on two slots")
+	}
+	if code, data := ts.raw("PUT", "/v1/jobs/b/model", "application/octet-stream", ts.exportModel("a")); code != 200 {
+		t.Fatalf("import: %d %s", code, data)
+	}
+	if got := ts.top("b", 3); fmt.Sprint(got) != fmt.Sprint(v) {
+		t.Fatalf("after the import b's top is %+v, a's %+v", got, v)
+	}
+	if code, _ := ts.raw("GET", "/v1/jobs/a/model?top=0", "", nil); code != 400 {
+		t.Fatalf("top=0: %d", code)
 	}
 }

@@ -23,7 +23,9 @@ import (
 //	format    uint16 = 1
 //	hdrLen    uint32, then hdrLen bytes: the header, JSON (ModelHeader)
 //	snapLen   uint64, then snapLen bytes: the model snapshot (learners format)
-//	namesLen  uint32, then namesLen bytes: feature names per slot (reserved, 0 in version 1)
+//	namesLen  uint32, then namesLen bytes: the feature names seen per slot, JSON
+//	          {"every": N, "slots": {"<slot>": [{"name": ..., "count": ...}, ...]}}
+//	          (counts of one event in N sampled; empty without a dictionary)
 //	crc       uint32: CRC-32C (Castagnoli) of everything before it
 const (
 	FormatVersion  = 1
@@ -215,6 +217,7 @@ type ModelJSON struct {
 	ModelHeader
 	NonZero int                  `json:"nonzero_weights"`
 	Slots   []learners.SlotState `json:"slots"`
+	Names   *namesJSON           `json:"names,omitempty"`
 }
 
 // JSON is the readable form of e.
@@ -223,5 +226,12 @@ func (e *ExportedModel) JSON() (*ModelJSON, error) {
 	if err != nil {
 		return nil, snapshotError(err)
 	}
-	return &ModelJSON{Format: "mlstream-model", FormatVersion: FormatVersion, ModelHeader: e.Header, NonZero: s.NonZero, Slots: slots}, nil
+	out := &ModelJSON{Format: "mlstream-model", FormatVersion: FormatVersion, ModelHeader: e.Header, NonZero: s.NonZero, Slots: slots}
+	if len(e.Names) > 0 {
+		out.Names = new(namesJSON)
+		if err := json.Unmarshal(e.Names, out.Names); err != nil {
+			return nil, formatError("names: %v", err)
+		}
+	}
+	return out, nil
 }

@@ -70,6 +70,8 @@ type logregJob struct {
 	// swap is held shared by each partition for a batch and by predictions,
 	// exclusively by a model import or export (modelio.go).
 	swap sync.RWMutex
+	// names maps slots to the feature names seen there (names.go).
+	names *nameDict
 
 	mu struct {
 		sync.Mutex
@@ -114,6 +116,10 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 	if err != nil {
 		return nil, err
 	}
+	nameSlots, err := p.Int("names_slots", DefaultNameSlots, 0, maxNameSlots)
+	if err != nil {
+		return nil, err
+	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		if pe, ok := err.(*learners.ParamError); ok {
@@ -126,7 +132,7 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 		return nil, err
 	}
 	staleness := map[string]int{runtime.ConsistencyAsync: math.MaxInt32, runtime.ConsistencyBSP: 0, runtime.ConsistencySSP: spec.Sync.Staleness}[spec.Sync.Consistency]
-	return &logregJob{name: spec.Name, fields: fields, model: model, window: cfg.Window,
+	return &logregJob{name: spec.Name, fields: fields, model: model, window: cfg.Window, names: newNameDict(nameSlots),
 		consistency: spec.Sync.Consistency, clock: runtime.NewSyncClock(spec.Partitions, staleness)}, nil
 }
 
@@ -143,6 +149,9 @@ func (j *logregJob) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.A
 		return err
 	}
 	rec.Features, err = a.Features(v, j.fields.Features)
+	if err == nil {
+		j.names.observe(v.Get(j.fields.Features), rec.Features, j.model)
+	}
 	return err
 }
 

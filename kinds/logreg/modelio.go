@@ -46,7 +46,12 @@ func (j *logregJob) exportModel() (*ExportedModel, error) {
 	if err != nil {
 		return nil, err
 	}
+	names, err := j.names.marshal()
+	if err != nil {
+		return nil, err
+	}
 	return &ExportedModel{
+		Names: names,
 		Header: ModelHeader{Kind: Name, Job: j.name, ExportedAt: time.Now().UTC(), Params: paramsOf(j.model.Config()),
 			Version: version, Updates: updates, Metrics: j.metrics()},
 		Snapshot: snap.Bytes(),
@@ -93,12 +98,16 @@ func (j *logregJob) ImportModel(r io.Reader) error {
 	if _, err := learners.SnapshotCount(e.Snapshot); err != nil {
 		return snapshotError(err)
 	}
-	return j.replaceModel(e.Snapshot)
+	names, err := j.names.load(e.Names, j.model.Slots())
+	if err != nil {
+		return err
+	}
+	return j.replaceModel(e.Snapshot, names)
 }
 
 // replaceModel installs a checked snapshot with the partitions held
 // between batches and no merge running.
-func (j *logregJob) replaceModel(snap []byte) error {
+func (j *logregJob) replaceModel(snap []byte, names *nameDict) error {
 	j.swap.Lock()
 	defer j.swap.Unlock()
 	j.merge.Lock()
@@ -121,6 +130,7 @@ func (j *logregJob) replaceModel(snap []byte) error {
 		// replayed onto it after a crash.
 		j.merge.lastSeqs[i] = p.lastSeq
 	}
+	j.names.install(names)
 	j.mu.Lock()
 	j.mu.snapAt = time.Time{}
 	j.mu.Unlock()
