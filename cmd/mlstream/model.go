@@ -166,13 +166,20 @@ func inspectModel(file string, top int, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "top %d weights:\n", len(s.Top))
 	tw = tabwriter.NewWriter(stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "slot\tweight\t\n")
+	names, err := e.SlotNames()
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	fmt.Fprintf(tw, "slot\tweight\t  names seen (sampled count)\n")
 	for _, w := range s.Top {
-		name := fmt.Sprint(w.Slot)
-		if w.Slot == 1<<h.Params.HashBits {
-			name = "(intercept)"
+		var seen []string
+		for _, nc := range names[w.Slot] {
+			seen = append(seen, fmt.Sprintf("%s (%d)", nc.Name, nc.Count))
 		}
-		fmt.Fprintf(tw, "%s\t%+.6g\t\n", name, w.Weight)
+		if w.Slot == 1<<h.Params.HashBits {
+			seen = []string{"(intercept)"}
+		}
+		fmt.Fprintf(tw, "%d\t%+.6g\t  %s\n", w.Slot, w.Weight, strings.Join(seen, ", "))
 	}
 	return tw.Flush()
 }

@@ -227,11 +227,30 @@ func (e *ExportedModel) JSON() (*ModelJSON, error) {
 		return nil, snapshotError(err)
 	}
 	out := &ModelJSON{Format: "mlstream-model", FormatVersion: FormatVersion, ModelHeader: e.Header, NonZero: s.NonZero, Slots: slots}
-	if len(e.Names) > 0 {
-		out.Names = new(namesJSON)
-		if err := json.Unmarshal(e.Names, out.Names); err != nil {
-			return nil, formatError("names: %v", err)
-		}
+	if out.Names, err = e.names(); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// names decodes the names section; nil when empty.
+func (e *ExportedModel) names() (*namesJSON, error) {
+	if len(e.Names) == 0 {
+		return nil, nil
+	}
+	var n namesJSON
+	if err := json.Unmarshal(e.Names, &n); err != nil {
+		return nil, formatError("names: %v", err)
+	}
+	return &n, nil
+}
+
+// SlotNames returns the names the export recorded for each slot, the most
+// frequent first.
+func (e *ExportedModel) SlotNames() (map[int][]NameCount, error) {
+	n, err := e.names()
+	if n == nil || err != nil {
+		return nil, err
+	}
+	return n.Slots, nil
 }
