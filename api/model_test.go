@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/mlstream/mlstream/ft"
+	"github.com/mlstream/mlstream/kinds/logreg"
 	"github.com/mlstream/mlstream/runtime"
 )
 
@@ -430,5 +431,34 @@ func TestTopWeightsByName(t *testing.T) {
 	}
 	if code, _ := ts.raw("GET", "/v1/jobs/a/model?top=0", "", nil); code != 400 {
 		t.Fatalf("top=0: %d", code)
+	}
+}
+
+// A names section that does not fit the job is refused whole; a job that
+// learned nothing exports and imports too.
+func TestModelImportChecksTheNames(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putJob("a", modelSpecA)
+	ts.putJob("b", modelSpecB)
+	empty := ts.exportModel("a")
+	if code, data := ts.raw("PUT", "/v1/jobs/b/model", "application/octet-stream", empty); code != 200 {
+		t.Fatalf("import of an empty model: %d %s", code, data)
+	}
+	ts.feed("a", namedEvents(1000), 1000, "a")
+	e, err := logreg.DecodeModel(ts.exportModel("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Names = []byte(`{"every":16,"slots":{"70000":[{"name":"x","count":1}]}}`)
+	var buf bytes.Buffer
+	if err := e.Encode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	code, data := ts.raw("PUT", "/v1/jobs/b/model", "application/octet-stream", buf.Bytes())
+	if code != 400 || !strings.Contains(string(data), "slot 70000 out of range") || !strings.Contains(string(data), `"field":"format"`) {
+		t.Fatalf("names past the slots: %d %s", code, data)
+	}
+	if st := ts.job("b"); logreg.StatusOf(st).Model.Updates != 0 {
+		t.Fatalf("a refused import changed b: %+v", logreg.StatusOf(st).Model)
 	}
 }
