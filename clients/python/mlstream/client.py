@@ -370,6 +370,19 @@ class Job:
     def _predict(self, events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         return self.client.request("POST", self._path("/predict"), _ndjson(events), content_type=NDJSON)["predictions"]
 
+    def explain_one(self, x: Features, *, key: Any = None) -> Dict[str, Any]:
+        """The prediction of ``x`` taken apart (as VW's --audit): ``p``,
+        ``margin``, ``bias`` and per feature its ``name``, ``slot``,
+        ``value``, ``weight``, ``contribution`` and ``collides_with``."""
+        body = _ndjson([_event(x, None, key)])
+        return self.client.request("POST", self._path("/explain"), body, content_type=NDJSON)["explanations"][0]
+
+    def top_weights(self, n: int = 20) -> List[Dict[str, Any]]:
+        """The ``n`` strongest weights by the feature names seen at their
+        slots: ``slot``, ``weight``, ``sign``, ``names`` (``name``, sampled
+        ``count``) and ``collision``."""
+        return self.client.request("GET", self._path("/model"), query={"top": n})["top"]
+
     def label(self, id: Any, y: Any) -> None:
         """Delayed labels are not in the server yet."""
         raise NotSupportedByServer(

@@ -43,3 +43,18 @@ def test_export_then_import_predicts_the_same(client, unique, tmp_path):
     with pytest.raises(APIError) as exc:
         other.import_model(path)
     assert exc.value.status == 400 and exc.value.field == "params.hash_bits"
+
+
+def test_top_weights_and_explain(client, unique):
+    job = client.create_job({"name": unique, "kind": "logreg", "input": unique, "partitions": 1,
+                             "params": {"hash_bits": 14}})
+    X = [{"good": True} if i % 2 == 0 else {"bad": True} for i in range(1600)]
+    y = [1 if i % 2 == 0 else 0 for i in range(1600)]
+    job.learn_many(X, y)
+    job.wait_processed(1600)
+    top = job.top_weights(3)
+    by_name = {w["names"][0]["name"]: w["sign"] for w in top if w["names"]}
+    assert by_name.get("good") == "+" and by_name.get("bad") == "-"
+    e = job.explain_one({"good": True, "n": 2})
+    assert [f["name"] for f in e["features"]] == ["good", "n"]
+    assert e["p"] == job.predict_proba_one({"good": True, "n": 2})[True]
