@@ -432,6 +432,39 @@ func TestTopWeightsByName(t *testing.T) {
 	if code, _ := ts.raw("GET", "/v1/jobs/a/model?top=0", "", nil); code != 400 {
 		t.Fatalf("top=0: %d", code)
 	}
+
+	// names_slots bounds the dictionary; 0 turns it off.
+	code, _, body := ts.do("PUT", "/v1/jobs/bad", "application/json", []byte(`{"kind":"logreg","input":"a","params":{"names_slots":-1}}`))
+	if code != 400 || body["field"] != "params.names_slots" {
+		t.Fatalf("names_slots -1: %d %v", code, body)
+	}
+	ts.putJob("off", `{"kind":"logreg","input":"a","partitions":1,"params":{"hash_bits":16,"names_slots":0}}`)
+	ts.putJob("one", `{"kind":"logreg","input":"a","partitions":1,"params":{"hash_bits":16,"names_slots":1}}`)
+	ts.feed("a", namedEvents(800), 800, "off", "one")
+	named := 0
+	for _, w := range ts.top("off", 3).Top {
+		if len(w.Names) > 0 && w.Names[0].Name != "(intercept)" {
+			t.Fatalf("names with names_slots 0: %+v", w)
+		}
+	}
+	code, data := ts.raw("GET", "/v1/jobs/one/model?top=5", "", nil)
+	var one struct {
+		Top []struct {
+			Names []struct{ Name string } `json:"names"`
+		} `json:"top"`
+		Untracked uint64 `json:"untracked_names"`
+	}
+	if err := json.Unmarshal(data, &one); code != 200 || err != nil {
+		t.Fatalf("%d %s", code, data)
+	}
+	for _, w := range one.Top {
+		if len(w.Names) > 0 && w.Names[0].Name != "(intercept)" {
+			named++
+		}
+	}
+	if named != 1 || one.Untracked == 0 {
+		t.Fatalf("names_slots 1: %d slots named, %d untracked: %s", named, one.Untracked, data)
+	}
 }
 
 // A names section that does not fit the job is refused whole; a job that
