@@ -73,8 +73,9 @@ func isMediaType(ct, mt string) bool {
 }
 
 // checkContentType refuses a POST, PUT or PATCH that is not JSON or
-// NDJSON with 415: a browser page of another origin can send text/plain or
-// a form without asking first, but not JSON.
+// NDJSON (or, for a PUT, a binary model) with 415: a browser page of
+// another origin can send text/plain or a form without asking first, but
+// not JSON.
 func (s *Server) checkContentType(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {

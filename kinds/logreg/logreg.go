@@ -42,8 +42,8 @@ var (
 )
 
 // logregJob is a job of kind logreg. Params: the learner's (hash_bits,
-// optimizer, alpha, beta, l1, l2, clip, normalize, adaptive, window) and
-// the field names. Partitions merge at the end of each group of batches
+// optimizer, alpha, beta, l1, l2, clip, normalize, adaptive, window),
+// names_slots (names.go) and the field names. Partitions merge at the end of each group of batches
 // (Operator.Coordinate), waiting for each other as the job's consistency
 // says (runtime.SyncClock).
 type logregJob struct {
