@@ -66,9 +66,16 @@ func jsonMediaType(ct string) bool {
 	return strings.HasSuffix(mt, "+json")
 }
 
+// isMediaType reports whether Content-Type ct is of media type mt.
+func isMediaType(ct, mt string) bool {
+	got, _, err := mime.ParseMediaType(ct)
+	return err == nil && got == mt
+}
+
 // checkContentType refuses a POST, PUT or PATCH that is not JSON or
-// NDJSON with 415: a browser page of another origin can send text/plain or
-// a form without asking first, but not JSON.
+// NDJSON (or, for a PUT, a binary model) with 415: a browser page of
+// another origin can send text/plain or a form without asking first, but
+// not JSON.
 func (s *Server) checkContentType(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
@@ -78,7 +85,9 @@ func (s *Server) checkContentType(next http.Handler) http.Handler {
 			return
 		}
 		ct := r.Header.Get("Content-Type")
-		if (ct == "" && r.ContentLength == 0) || (ct != "" && jsonMediaType(ct)) {
+		// A PUT is never sent across origins without a preflight, so it
+		// may carry a binary model.
+		if (ct == "" && r.ContentLength == 0) || (ct != "" && jsonMediaType(ct)) || (r.Method == http.MethodPut && isMediaType(ct, modelMediaType)) {
 			next.ServeHTTP(w, r)
 			return
 		}

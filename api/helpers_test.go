@@ -63,6 +63,19 @@ func newTestServer(t testing.TB, opts ...serverOpt) *testServer {
 // do sends a request and returns the status and the decoded JSON body.
 func (ts *testServer) do(method, path, contentType string, body []byte) (int, http.Header, map[string]any) {
 	ts.t.Helper()
+	code, hdr, data := ts.sendRaw(method, path, contentType, body)
+	var out map[string]any
+	if len(bytes.TrimSpace(data)) > 0 && strings.HasPrefix(hdr.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(data, &out); err != nil {
+			ts.t.Fatalf("%s %s: body is not JSON: %v: %s", method, path, err, data)
+		}
+	}
+	return code, hdr, out
+}
+
+// sendRaw is do returning the body as it came.
+func (ts *testServer) sendRaw(method, path, contentType string, body []byte) (int, http.Header, []byte) {
+	ts.t.Helper()
 	req, err := http.NewRequest(method, ts.http.URL+path, bytes.NewReader(body))
 	if err != nil {
 		ts.t.Fatal(err)
@@ -84,13 +97,7 @@ func (ts *testServer) do(method, path, contentType string, body []byte) (int, ht
 	if err != nil {
 		ts.t.Fatal(err)
 	}
-	var out map[string]any
-	if len(bytes.TrimSpace(data)) > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		if err := json.Unmarshal(data, &out); err != nil {
-			ts.t.Fatalf("%s %s: body is not JSON: %v: %s", method, path, err, data)
-		}
-	}
-	return resp.StatusCode, resp.Header, out
+	return resp.StatusCode, resp.Header, data
 }
 
 func (ts *testServer) putJob(name, spec string) {

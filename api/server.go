@@ -96,6 +96,8 @@ func New(cfg Config) *Server {
 			r.With(none).Get("/jobs/{job}/history", s.getHistory)
 			r.With(none).Post("/jobs/{job}/predict", s.predict)
 			r.Get("/jobs/{job}/query/{name}", s.query)
+			r.With(knownParams("format")).Get("/jobs/{job}/model/export", s.exportModel)
+			r.With(none).Post("/jobs/{job}/explain", s.explain)
 			// The query URLs older than /query/{name}.
 			for _, name := range []string{"model", "topk", "distinct", "matches"} {
 				r.Get("/jobs/{job}/"+name, s.queryAlias(name))
@@ -104,6 +106,7 @@ func New(cfg Config) *Server {
 		})
 		r.With(admin, none).Put("/jobs/{job}", s.putJob)
 		r.With(admin, none).Delete("/jobs/{job}", s.deleteJob)
+		r.With(admin, none).Put("/jobs/{job}/model", s.importModel)
 		r.With(admin, none).Post("/jobs/{job}/pause", s.pauseJob)
 		r.With(admin, none).Post("/jobs/{job}/resume", s.resumeJob)
 	})

@@ -66,6 +66,18 @@ type Model struct {
 
 // NewModel validates cfg, fills its defaults and returns an empty model.
 func NewModel(cfg Config) (*Model, error) {
+	m, err := newModelShell(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.state = make([]uint64, m.nslots*stride)
+	adviseHuge(m.state)
+	return m, nil
+}
+
+// newModelShell is NewModel without the state: the configuration that
+// turns a slot's words into a weight.
+func newModelShell(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -99,8 +111,6 @@ func NewModel(cfg Config) (*Model, error) {
 	case NormalizeLog1pL2:
 		m.norm = normLog1pL2
 	}
-	m.state = make([]uint64, m.nslots*stride)
-	adviseHuge(m.state)
 	return m, nil
 }
 
@@ -395,16 +405,7 @@ func (m *Model) Snapshot(withWeights bool, limit int) Snapshot {
 		}
 	}
 	if withWeights {
-		slices.SortFunc(s.Weights, func(a, b WeightEntry) int {
-			aa, bb := math.Abs(a.Weight), math.Abs(b.Weight)
-			switch {
-			case aa > bb:
-				return -1
-			case aa < bb:
-				return 1
-			}
-			return a.Slot - b.Slot
-		})
+		sortWeights(s.Weights)
 		if limit > 0 && len(s.Weights) > limit {
 			s.Weights = slices.Clip(s.Weights[:limit])
 		}

@@ -3,6 +3,7 @@
 //	mlstream serve  --config jobs.yaml [--addr 127.0.0.1:8080] --data ./data [--auth-file tokens] [--tls-cert c --tls-key k]
 //	mlstream demo   [--addr 127.0.0.1:8080] [--rate 2000]
 //	mlstream replay FILE --stream S --url http://localhost:8080 [--rate R] [--batch N]
+//	mlstream model export|import|inspect ...
 //	mlstream version
 package main
 
@@ -26,6 +27,7 @@ Usage:
   mlstream demo   [--addr 127.0.0.1:8080] [--rate 2000]        the service with a demo job and a built-in event generator
   mlstream replay FILE --stream S [--url URL] [--rate R] [--batch N]
                                                                stream an NDJSON file to a server
+  mlstream model  export|import|inspect ...                    a job's model to and from a file; what a file holds
   mlstream version                                             print the version, commit and Go version
 
 Listening beyond loopback needs bearer tokens (--auth-file, or
@@ -53,6 +55,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runDemo(ctx, args[1:], stdout, stderr)
 	case "replay":
 		err = runReplay(ctx, args[1:], stdout, stderr)
+	case "model":
+		err = runModel(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		readBuildInfo().print(stdout)
 	case "help", "-h", "--help":

@@ -40,8 +40,12 @@ func memory(spec runtime.Spec, p *runtime.Params, withFT bool) (int64, string, e
 	if err != nil {
 		return 0, "", err
 	}
+	nameSlots, err := p.Int("names_slots", DefaultNameSlots, 0, maxNameSlots)
+	if err != nil {
+		return 0, "", err
+	}
 	slots := int64(1)<<hb + 1
-	model := slots * slotBytes
+	model := slots*slotBytes + min(int64(nameSlots), slots)*nameSlotBytes
 	if withFT {
 		model += slots / 8 // the tracker's bitmap of slots changed since the backup
 	}

@@ -42,8 +42,8 @@ var (
 )
 
 // logregJob is a job of kind logreg. Params: the learner's (hash_bits,
-// optimizer, alpha, beta, l1, l2, clip, normalize, adaptive, window) and
-// the field names. Partitions merge at the end of each group of batches
+// optimizer, alpha, beta, l1, l2, clip, normalize, adaptive, window),
+// names_slots (names.go) and the field names. Partitions merge at the end of each group of batches
 // (Operator.Coordinate), waiting for each other as the job's consistency
 // says (runtime.SyncClock).
 type logregJob struct {
@@ -67,6 +67,11 @@ type logregJob struct {
 		learned  int64
 	}
 	maxFeats atomic.Int64 // most features seen in one event, for alpha
+	// swap is held shared by each partition for a batch and by predictions,
+	// exclusively by a model import or export (modelio.go).
+	swap sync.RWMutex
+	// names maps slots to the feature names seen there (names.go).
+	names *nameDict
 
 	mu struct {
 		sync.Mutex
@@ -111,6 +116,10 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 	if err != nil {
 		return nil, err
 	}
+	nameSlots, err := p.Int("names_slots", DefaultNameSlots, 0, maxNameSlots)
+	if err != nil {
+		return nil, err
+	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		if pe, ok := err.(*learners.ParamError); ok {
@@ -123,7 +132,7 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 		return nil, err
 	}
 	staleness := map[string]int{runtime.ConsistencyAsync: math.MaxInt32, runtime.ConsistencyBSP: 0, runtime.ConsistencySSP: spec.Sync.Staleness}[spec.Sync.Consistency]
-	return &logregJob{name: spec.Name, fields: fields, model: model, window: cfg.Window,
+	return &logregJob{name: spec.Name, fields: fields, model: model, window: cfg.Window, names: newNameDict(nameSlots),
 		consistency: spec.Sync.Consistency, clock: runtime.NewSyncClock(spec.Partitions, staleness)}, nil
 }
 
@@ -140,6 +149,9 @@ func (j *logregJob) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.A
 		return err
 	}
 	rec.Features, err = a.Features(v, j.fields.Features)
+	if err == nil {
+		j.names.observe(v.Get(j.fields.Features), rec.Features, j.model)
+	}
 	return err
 }
 
@@ -221,6 +233,8 @@ type logregPart struct {
 const publishEvery = 100 * time.Millisecond
 
 func (p *logregPart) Process(recs []runtime.Record, logged bool) {
+	p.job.swap.RLock()
+	defer p.job.swap.RUnlock()
 	if !p.active {
 		p.job.clock.SetActive(p.index, true)
 		p.active = true
@@ -341,6 +355,8 @@ func (p *predictor) Predict(v *fastjson.Value, line int) (runtime.Predicted, err
 	if err := p.j.Extract(v, &p.rec, &p.arena, 0); err != nil {
 		return runtime.Predicted{}, runtime.AtLine(err, line)
 	}
+	p.j.swap.RLock()
+	defer p.j.swap.RUnlock()
 	return runtime.Predicted{Key: p.rec.Key, P: p.j.model.Predict(p.rec.Features)}, nil
 }
 

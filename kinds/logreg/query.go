@@ -32,7 +32,54 @@ type ModelView struct {
 
 // Queries: model (GET /v1/jobs/{job}/model, or /query/model).
 func (j *logregJob) Queries() []runtime.Query {
-	return []runtime.Query{{Name: "model", Params: []string{"weights", "limit", "offset"}, Run: j.modelQuery}}
+	return []runtime.Query{{Name: "model", Params: []string{"weights", "limit", "offset", "top"}, Run: j.modelQuery}}
+}
+
+// MaxTop is the most weights ?top= lists.
+const MaxTop = 1000
+
+// TopView is the body of the model query with ?top=N: the strongest
+// weights by feature name.
+type TopView struct {
+	Job     string      `json:"job"`
+	Version uint64      `json:"version"`
+	Top     []TopWeight `json:"top"`
+	// NamesSampled says how the names' counts were taken: 1 event in N.
+	NamesSampled int `json:"names_sampled_every"`
+	// UntrackedNames counts names not recorded because the dictionary was
+	// full (params.names_slots).
+	UntrackedNames uint64 `json:"untracked_names"`
+}
+
+// TopWeight is one strong weight with the names seen at its slot, the
+// most frequent first. Collision is true when several were.
+type TopWeight struct {
+	Slot      int         `json:"slot"`
+	Weight    float64     `json:"weight"`
+	Sign      string      `json:"sign"`
+	Names     []NameCount `json:"names"`
+	Collision bool        `json:"collision,omitempty"`
+}
+
+// topQuery answers model?top=N.
+func (j *logregJob) topQuery(q runtime.QueryArgs, n int) (any, error) {
+	snap := j.model.Snapshot(true, n)
+	v := TopView{Job: q.Job, Version: snap.Version, Top: make([]TopWeight, len(snap.Weights)), NamesSampled: namesEvery}
+	for i, w := range snap.Weights {
+		t := TopWeight{Slot: w.Slot, Weight: w.Weight, Sign: "+", Names: j.names.names(w.Slot)}
+		if w.Weight < 0 {
+			t.Sign = "-"
+		}
+		if w.Slot == j.model.BiasSlot() {
+			t.Names = []NameCount{{Name: "(intercept)"}}
+		}
+		t.Collision = len(t.Names) > 1
+		v.Top[i] = t
+	}
+	j.names.mu.Lock()
+	v.UntrackedNames = j.names.untracked
+	j.names.mu.Unlock()
+	return v, nil
 }
 
 // modelQuery answers model[?weights=true&limit=N&offset=M]. Weights come
@@ -40,6 +87,13 @@ func (j *logregJob) Queries() []runtime.Query {
 // magnitude then slot; each page is its own snapshot, so on a model still
 // learning a weight may move across a page boundary.
 func (j *logregJob) modelQuery(q runtime.QueryArgs) (any, error) {
+	if q.Params.Has("top") {
+		top, err := runtime.QueryInt(q.Params, "top", 20, 1, MaxTop)
+		if err != nil {
+			return nil, err
+		}
+		return j.topQuery(q, top)
+	}
 	weights, err := runtime.QueryBool(q.Params, "weights", false)
 	if err != nil {
 		return nil, err

@@ -77,8 +77,9 @@ class Client:
     # --- HTTP -------------------------------------------------------------
 
     def request(self, method: str, path: str, body: Optional[bytes] = None, *, content_type: Optional[str] = None,
-                query: Optional[Dict[str, Any]] = None) -> Any:
-        """One request; the decoded JSON answer, or an :class:`APIError`."""
+                query: Optional[Dict[str, Any]] = None, raw: bool = False) -> Any:
+        """One request; the decoded JSON answer (the body's bytes with
+        ``raw``), or an :class:`APIError`."""
         target = self._base_path + path
         if query:
             q = {k: v for k, v in query.items() if v is not None}
@@ -95,7 +96,7 @@ class Client:
             raise api_error(status, decoded if isinstance(decoded, dict) else None,
                             retry_after_header=resp_headers.get("Retry-After"), method=method, path=path,
                             text=data.decode("utf-8", "replace")[:200])
-        return decoded
+        return data if raw else decoded
 
     def _roundtrip(self, method: str, target: str, body: Optional[bytes], headers: Dict[str, str]):
         # A kept-alive connection the server has closed fails on first use;
@@ -369,21 +370,40 @@ class Job:
     def _predict(self, events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         return self.client.request("POST", self._path("/predict"), _ndjson(events), content_type=NDJSON)["predictions"]
 
+    def explain_one(self, x: Features, *, key: Any = None) -> Dict[str, Any]:
+        """The prediction of ``x`` taken apart (as VW's --audit): ``p``,
+        ``margin``, ``bias`` and per feature its ``name``, ``slot``,
+        ``value``, ``weight``, ``contribution`` and ``collides_with``."""
+        body = _ndjson([_event(x, None, key)])
+        return self.client.request("POST", self._path("/explain"), body, content_type=NDJSON)["explanations"][0]
+
+    def top_weights(self, n: int = 20) -> List[Dict[str, Any]]:
+        """The ``n`` strongest weights by the feature names seen at their
+        slots: ``slot``, ``weight``, ``sign``, ``names`` (``name``, sampled
+        ``count``) and ``collision``."""
+        return self.client.request("GET", self._path("/model"), query={"top": n})["top"]
+
     def label(self, id: Any, y: Any) -> None:
         """Delayed labels are not in the server yet."""
         raise NotSupportedByServer(
             "delayed labels do not exist on the mlstream server yet (no endpoint takes a label for an earlier "
             "event): send the label with the event, job.learn_one(x, y)")
 
-    def export_model(self, path: Union[str, pathlib.Path]) -> None:
-        """Model export is not in the server yet."""
-        raise NotSupportedByServer(
-            "model export does not exist on the mlstream server yet; job.model(weights=True) reads the largest "
-            "weights, and fault tolerance (--data) keeps the model across restarts")
+    def export_model(self, path: Union[str, pathlib.Path], format: str = "binary") -> int:
+        """Writes the job's model to ``path``: the binary export (for
+        ``import_model`` and ``mlstream model inspect``), or with
+        ``format="json"`` its readable form. Returns the bytes written."""
+        data = self.client.request("GET", self._path("/model/export"), query={"format": format}, raw=True)
+        pathlib.Path(path).write_bytes(data)
+        return len(data)
 
-    def import_model(self, path: Union[str, pathlib.Path]) -> None:
-        """Model import is not in the server yet."""
-        raise NotSupportedByServer("model import does not exist on the mlstream server yet")
+    def import_model(self, path: Union[str, pathlib.Path]) -> Dict[str, Any]:
+        """Seeds the job with a binary export (admin token): it goes on
+        learning from that model. A model of other learner parameters (or
+        not a model) raises an :class:`APIError` whose ``field`` names the
+        mismatch. Returns the job's status."""
+        return self.client.request("PUT", self._path("/model"), pathlib.Path(path).read_bytes(),
+                                   content_type="application/octet-stream")
 
     # --- queries -----------------------------------------------------------
 

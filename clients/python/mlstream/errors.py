@@ -138,4 +138,4 @@ def _retry_after(body: Optional[dict], header: Optional[str]) -> float:
 
 class NotSupportedByServer(MlstreamError, NotImplementedError):
     """The call is part of the client's planned API, but the server has no
-    endpoint for it yet (delayed labels, model export and import)."""
+    endpoint for it yet (delayed labels)."""

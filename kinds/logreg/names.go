@@ -1,0 +1,170 @@
+package logreg
+
+import (
+	"cmp"
+	"encoding/json"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mlstream/mlstream/learners"
+	"github.com/valyala/fastjson"
+)
+
+// The dictionary from hashed slot to the feature names seen there, for
+// reading weights by name (GET .../model?top=N). Its memory is bounded:
+// at most names_slots slots, at most namesPerSlot names per slot kept by
+// Space-Saving (a new name replaces the rarest and inherits its count, so
+// a count overestimates by at most the count it inherited), names cut to
+// maxNameBytes. It reads one event in namesEvery, so ingest pays for it
+// only there; counts are of sampled events.
+const (
+	namesPerSlot     = 4
+	maxNameBytes     = 48
+	namesEvery       = 16
+	DefaultNameSlots = 1 << 12
+	maxNameSlots     = 1 << 22
+	// nameSlotBytes is one tracked slot: its map entry, its names and
+	// their bytes at their longest.
+	nameSlotBytes = 48 + namesPerSlot*(16+8) + namesPerSlot*maxNameBytes
+)
+
+// NameCount is a feature name and how many sampled events had it.
+type NameCount struct {
+	Name  string `json:"name"`
+	Count uint64 `json:"count"`
+}
+
+type slotNames [namesPerSlot]NameCount
+
+type nameDict struct {
+	limit  int // slots tracked at most; 0: no dictionary
+	events atomic.Uint64
+	mu     sync.Mutex
+	slots  map[int]*slotNames
+	// untracked counts names not recorded because limit slots were
+	// tracked already: visible in the top answer.
+	untracked uint64
+}
+
+func newNameDict(limit int) *nameDict { return &nameDict{limit: limit, slots: map[int]*slotNames{}} }
+
+// observe records the names of one event's features in one event of
+// namesEvery. f is the event's features field, feats what the engine
+// hashed from it.
+func (d *nameDict) observe(f *fastjson.Value, feats []learners.Feature, m *learners.Model) {
+	if d.limit == 0 || !sampled(d.events.Add(1)) {
+		return
+	}
+	names := featureNames(f)
+	if len(names) != len(feats) {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, ft := range feats {
+		d.add(m.Slot(ft.Hash), names[i], 1)
+	}
+}
+
+// sampled picks about one event in namesEvery by a mixed
+// counter, so that a stream with a period (alternating classes, say) is
+// not sampled in step with it.
+func sampled(n uint64) bool {
+	n *= 0x9e3779b97f4a7c15 // Fibonacci hashing
+	n ^= n >> 29
+	return (n>>32)%namesEvery == 0
+}
+
+// add counts name at slot; d.mu held.
+func (d *nameDict) add(slot int, name string, n uint64) {
+	if len(name) > maxNameBytes {
+		name = name[:maxNameBytes]
+	}
+	s := d.slots[slot]
+	if s == nil {
+		if len(d.slots) >= d.limit {
+			d.untracked += n
+			return
+		}
+		s = new(slotNames)
+		d.slots[slot] = s
+	}
+	rarest := 0
+	for i := range s {
+		switch {
+		case s[i].Name == name && s[i].Count > 0:
+			s[i].Count += n
+			return
+		case s[i].Count < s[rarest].Count:
+			rarest = i
+		}
+	}
+	s[rarest] = NameCount{Name: name, Count: s[rarest].Count + n}
+}
+
+// names returns the names seen at slot, the most frequent first.
+func (d *nameDict) names(slot int) []NameCount {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return sortedNames(d.slots[slot])
+}
+
+func sortedNames(s *slotNames) []NameCount {
+	if s == nil {
+		return nil
+	}
+	var out []NameCount
+	for _, nc := range s {
+		if nc.Count > 0 {
+			out = append(out, nc)
+		}
+	}
+	slices.SortFunc(out, func(a, b NameCount) int { return cmp.Compare(b.Count, a.Count) })
+	return out
+}
+
+// namesJSON is the names section of an export.
+type namesJSON struct {
+	Every int                 `json:"every"`
+	Slots map[int][]NameCount `json:"slots"`
+}
+
+func (d *nameDict) marshal() ([]byte, error) {
+	d.mu.Lock()
+	out := namesJSON{Every: namesEvery, Slots: make(map[int][]NameCount, len(d.slots))}
+	for slot, s := range d.slots {
+		out.Slots[slot] = sortedNames(s)
+	}
+	d.mu.Unlock()
+	return json.Marshal(out)
+}
+
+// load reads an export's names section into a new dictionary of d's
+// limit, refusing slots past nslots.
+func (d *nameDict) load(data []byte, nslots int) (*nameDict, error) {
+	fresh := newNameDict(d.limit)
+	if len(data) == 0 || d.limit == 0 {
+		return fresh, nil
+	}
+	var in namesJSON
+	if err := json.Unmarshal(data, &in); err != nil {
+		return nil, formatError("names: %v", err)
+	}
+	for slot, ns := range in.Slots {
+		if slot < 0 || slot >= nslots {
+			return nil, formatError("names: slot %d out of range", slot)
+		}
+		for _, nc := range ns {
+			fresh.add(slot, nc.Name, nc.Count)
+		}
+	}
+	return fresh, nil
+}
+
+// install replaces d's names with those of fresh.
+func (d *nameDict) install(fresh *nameDict) {
+	d.mu.Lock()
+	d.slots, d.untracked = fresh.slots, fresh.untracked
+	d.mu.Unlock()
+}
