@@ -166,3 +166,47 @@ func TestOpenAPICheckCatchesMismatches(t *testing.T) {
 		})
 	}
 }
+
+// The answers the other tests seldom provoke match the description too:
+// not ready, the WebSocket limit, unknown jobs on every job route, a query
+// the kind lacks, and a status with every kind's section.
+func TestOpenAPIRareAnswers(t *testing.T) {
+	ts := newTestServer(t, func(_ *runtime.Config, c *Config) { c.MaxWSClients = 1 })
+	ts.api.SetReady(false)
+	if code, _, _ := ts.do("GET", "/readyz", "", nil); code != http.StatusServiceUnavailable {
+		t.Errorf("readyz while starting: %d", code)
+	}
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/v1/jobs/nope"}, {"DELETE", "/v1/jobs/nope"}, {"GET", "/v1/jobs/nope/history"},
+		{"POST", "/v1/jobs/nope/pause"}, {"POST", "/v1/jobs/nope/resume"}, {"GET", "/v1/jobs/nope/query/model"},
+		{"GET", "/v1/jobs/nope/topk"}, {"GET", "/v1/jobs/nope/distinct"}, {"GET", "/v1/jobs/nope/matches"},
+		{"GET", "/v1/ws?jobs=nope"},
+	} {
+		if code, _, _ := ts.do(r.method, r.path, "", nil); code != http.StatusNotFound {
+			t.Errorf("%s %s: %d, want 404", r.method, r.path, code)
+		}
+	}
+	ts.putJob("hh", `{"kind":"heavy_hitters","input":"clicks","params":{"field":"page"}}`)
+	ts.putJob("dc", `{"kind":"distinct","input":"clicks","params":{"field":"user"}}`)
+	ts.putJob("jn", `{"kind":"join","left":"views","right":"buys","params":{"on":"user","within":"1m","value":"amount"}}`)
+	ts.putJob("lr", logregSpec)
+	if code, _ := ts.post("clicks", `{"page":"a","user":"u1"}`+"\n"+`{"page":"b","user":"u2"}`); code != http.StatusAccepted {
+		t.Fatalf("post clicks: %d", code)
+	}
+	ts.waitProcessed("hh")
+	ts.waitProcessed("dc")
+	if code, _, _ := ts.do("GET", "/v1/jobs", "", nil); code != http.StatusOK {
+		t.Errorf("list: %d", code)
+	}
+	if code, _, _ := ts.do("GET", "/v1/jobs/hh/query/model", "", nil); code != http.StatusNotFound {
+		t.Errorf("a query the kind lacks: %d, want 404", code)
+	}
+	if code, _, _ := ts.do("GET", "/v1/jobs/lr/model?weights=true&limit=1", "", nil); code != http.StatusOK {
+		t.Errorf("model with weights: %d", code)
+	}
+	ts.dialWS("")
+	code, hdr, _ := ts.do("GET", "/v1/ws", "", nil)
+	if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
+		t.Errorf("a WebSocket past the limit: %d, Retry-After %q", code, hdr.Get("Retry-After"))
+	}
+}
