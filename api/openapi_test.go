@@ -146,11 +146,13 @@ func TestOpenAPICheckCatchesMismatches(t *testing.T) {
 	}{
 		{"status of wrong type", "GET", "/v1/jobs/a", "", "", 200, `{"name":1}`, "does not match"},
 		{"error without error", "GET", "/v1/jobs/a", "", "", 404, `{"line":2}`, "does not match"},
+		{"401 without WWW-Authenticate", "GET", "/v1/jobs", "", "", 401, `{"error":"no token"}`, "does not match"},
+		{"403 without scope", "GET", "/v1/jobs", "", "", 403, `{"error":"no"}`, "does not match"},
 		{"ingest answer", "POST", "/v1/streams/s/events", "application/x-ndjson", "{}\n", 202, `{"accepted":-1}`, "does not match"},
 		{"success to a bad request", "POST", "/v1/streams/s/events", "text/plain", "x", 202, `{"accepted":1}`, "refuses"},
 		{"refused bad request", "POST", "/v1/streams/s/events", "text/plain", "x", 415, `{"error":"no","field":"Content-Type"}`, ""},
 		{"unknown route", "GET", "/v1/nowhere", "", "", 200, `{"anything":true}`, ""},
-		{"good status", "GET", "/v1/jobs/a/pause", "", "", 200, `{"job":1}`, ""}, // GET pause is not a route
+		{"method the route lacks", "GET", "/v1/jobs/a/pause", "", "", 405, `{"job":1}`, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -203,6 +205,11 @@ func TestOpenAPIRareAnswers(t *testing.T) {
 	}
 	if code, _, _ := ts.do("GET", "/v1/jobs/lr/model?weights=true&limit=1", "", nil); code != http.StatusOK {
 		t.Errorf("model with weights: %d", code)
+	}
+	// A plain GET of the feed is not an upgrade: 400, in plain text from
+	// the WebSocket library (unlike every other error).
+	if code, _, _ := ts.do("GET", "/v1/ws", "", nil); code != http.StatusBadRequest {
+		t.Errorf("GET /v1/ws without an upgrade: %d, want 400", code)
 	}
 	ts.dialWS("")
 	code, hdr, _ := ts.do("GET", "/v1/ws", "", nil)
