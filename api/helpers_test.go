@@ -4,13 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/gorilla/websocket"
 	"github.com/mlstream/mlstream/runtime"
@@ -97,6 +105,7 @@ func (ts *testServer) sendRaw(method, path, contentType string, body []byte) (in
 	if err != nil {
 		ts.t.Fatal(err)
 	}
+	checkExchange(ts.t, req, body, resp, data)
 	return resp.StatusCode, resp.Header, data
 }
 
@@ -159,6 +168,9 @@ func (ts *testServer) dialWS(query string) *websocket.Conn {
 		}
 		ts.t.Fatalf("dial %s: %v", url, err)
 	}
+	if req, err := http.NewRequest("GET", ts.http.URL+"/v1/ws?"+query, nil); err == nil {
+		checkExchange(ts.t, req, nil, resp, nil)
+	}
 	ts.t.Cleanup(func() { c.Close() })
 	// The server subscribes after the handshake: wait for it, so that
 	// events posted next are seen by this connection.
@@ -192,4 +204,80 @@ const logregSpec = `{"kind":"logreg","input":"mail","partitions":2,"params":{"ha
 
 func specFor(name string) runtime.Spec {
 	return runtime.Spec{Name: name, Kind: "logreg", Input: "mail", Partitions: 2, Params: map[string]any{"hash_bits": 18}}
+}
+
+// openAPIRouter is the router over the OpenAPI description the server
+// serves, loaded and validated once for all tests.
+var openAPIRouter = sync.OnceValues(func() (routers.Router, error) {
+	for _, t := range bodyTypes[1:] {
+		openapi3filter.RegisterBodyDecoder(t, ndjsonBody)
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(openAPISpec)
+	if err != nil {
+		return nil, fmt.Errorf("loading openapi.json: %w", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("openapi.json is not a valid OpenAPI 3 description: %w", err)
+	}
+	return gorillamux.NewRouter(doc)
+})
+
+// ndjsonBody decodes a body sent as NDJSON for the validator: as the
+// string it is where the description says events (the server checks their
+// lines), as JSON where it says one object (a job spec, which the server
+// takes under any of the JSON media types).
+func ndjsonBody(body io.Reader, _ http.Header, schema *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+	b, err := io.ReadAll(body)
+	if err != nil || schema == nil || schema.Value == nil || schema.Value.Type.Is(openapi3.TypeString) {
+		return string(b), err
+	}
+	var v any
+	err = json.Unmarshal(b, &v)
+	return v, err
+}
+
+// asDescribed gives a request the media type the description names for
+// it: the server takes any "+json" type as JSON, which OpenAPI cannot
+// name (the description says so in words).
+func asDescribed(req *http.Request) {
+	mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
+	if err == nil && strings.HasSuffix(mt, "+json") {
+		req.Header.Set("Content-Type", "application/json")
+	}
+}
+
+// specOptions: the tests send real tokens; the server, not the
+// validator, checks them.
+var specOptions = &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true}
+
+// checkExchange holds one request and its response to the OpenAPI
+// description, for the routes the description has: the response must match
+// it, and a request it refuses must not be answered with success. (Tests
+// send hostile requests on purpose; the server refusing them is right.)
+// Routes the description lacks are caught by TestOpenAPICoversRoutes.
+func checkExchange(t testing.TB, req *http.Request, reqBody []byte, resp *http.Response, respBody []byte) {
+	t.Helper()
+	router, err := openAPIRouter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	route, params, err := router.FindRoute(req)
+	if err != nil {
+		return
+	}
+	ctx := context.Background()
+	sent := req.Clone(ctx)
+	sent.Body = io.NopCloser(bytes.NewReader(reqBody))
+	asDescribed(sent)
+	in := &openapi3filter.RequestValidationInput{Request: sent, PathParams: params, Route: route, Options: specOptions}
+	if err := openapi3filter.ValidateRequest(ctx, in); err != nil && resp.StatusCode < 400 {
+		t.Errorf("%s %s: the server answered %d to a request the OpenAPI description refuses: %v", req.Method, req.URL.RequestURI(), resp.StatusCode, err)
+	}
+	out := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
+		Body: io.NopCloser(bytes.NewReader(respBody)), Options: specOptions,
+	}
+	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
+		t.Errorf("%s %s: the response %d does not match the OpenAPI description: %v\nbody: %.2000s", req.Method, req.URL.RequestURI(), resp.StatusCode, err, respBody)
+	}
 }

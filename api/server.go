@@ -84,6 +84,7 @@ func New(cfg Config) *Server {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
+	r.With(knownParams()).Get("/v1/openapi.json", serveOpenAPI)
 	read, ingest, admin := s.require(ScopeRead), s.require(ScopeIngest), s.require(ScopeAdmin)
 	r.With(read).Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	none := knownParams()

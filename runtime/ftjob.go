@@ -136,6 +136,8 @@ type backupReq struct {
 	unit *stateUnit
 	meta ft.BackupMeta
 	data []byte
+	// stored, when set, is closed once the backup is written (or failed).
+	stored chan struct{}
 }
 
 // maxFrameBytes is the largest item-log record: a request's part in one
@@ -407,7 +409,11 @@ func (u *stateUnit) partition() int {
 
 // backup snapshots the unit and queues it for writing; full forces a full
 // snapshot, else every CompactEvery-th one is full (compaction).
-func (u *stateUnit) backup(full bool, div float64) {
+func (u *stateUnit) backup(full bool, div float64) { u.backupThen(full, false, div, nil) }
+
+// backupThen takes a backup as backup does; durable asks for an fsync,
+// and stored, when not nil, is closed once the writer has stored it.
+func (u *stateUnit) backupThen(full, durable bool, div float64, stored chan struct{}) {
 	f := u.f
 	f.mu.Lock()
 	if u.deltas >= f.spec.CompactEvery || u.failed.Swap(false) {
@@ -424,7 +430,7 @@ func (u *stateUnit) backup(full bool, div float64) {
 	meta := ft.BackupMeta{Full: full, Failures: u.ctl.Failures(), LastSeqs: u.op.stateSeqs(), Divergence: div, Created: time.Now(),
 		// Approx survives process crashes without fsync (the operating
 		// system keeps what was written); exact promises more.
-		Durable: f.spec.Mode == ft.ModeExact || f.closing}
+		Durable: durable || f.spec.Mode == ft.ModeExact || f.closing}
 	u.sinceBackup, u.atRisk = 0, 0
 	f.mu.Unlock()
 	var buf bytes.Buffer
@@ -436,10 +442,13 @@ func (u *stateUnit) backup(full bool, div float64) {
 	if err := u.op.BackupState(&buf, full); err != nil {
 		f.errors.Add(1)
 		f.log.Error("fault tolerance: snapshot failed", "job", f.name, "unit", u.key, "err", err)
+		if stored != nil {
+			close(stored)
+		}
 		return
 	}
 	hint.Store(int64(buf.Len()) + int64(buf.Len())/8)
-	f.backups <- backupReq{unit: u, meta: meta, data: buf.Bytes()}
+	f.backups <- backupReq{unit: u, meta: meta, data: buf.Bytes(), stored: stored}
 }
 
 // writeLoop writes backups in order, then drops what they made obsolete:
@@ -452,6 +461,9 @@ func (f *jobFT) writeLoop() {
 }
 
 func (f *jobFT) write(req backupReq) {
+	if req.stored != nil {
+		defer close(req.stored)
+	}
 	u := req.unit
 	meta, err := u.backups.Put(req.meta, req.data)
 	if err != nil {

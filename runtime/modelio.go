@@ -48,7 +48,8 @@ func (j *Job) ModelIO() (ModelIO, error) {
 
 // FullBackuper is implemented by the FTUnit the engine gives a kind: a
 // kind whose state was replaced wholesale (a model import) backs it up in
-// full at once, so that a crash recovers the new state rather than
+// full at once, stored and fsynced before BackupFull returns, so that a
+// crash recovers the new state rather than
 // replaying the log onto the old one. Call it as Merged is called:
 // serialised with the kind's other changes to the unit. Closing reports
 // that the job is taking its last backups (a shutdown or a delete): the
@@ -70,7 +71,13 @@ func (h unitHandle) Closing() bool {
 	return h.u.f.closing
 }
 
-func (h unitHandle) BackupFull() { h.u.backup(true, h.u.op.StateDivergence()) }
+func (h unitHandle) BackupFull() {
+	// Stored and fsynced before it returns: the caller answers the import
+	// after it, and a crash after the answer must recover the new state.
+	stored := make(chan struct{})
+	h.u.backupThen(true, true, h.u.op.StateDivergence(), stored)
+	<-stored
+}
 
 // Explaining is the optional capability of an Instance that can take one
 // event's prediction apart by feature: POST /v1/jobs/{job}/explain. The
