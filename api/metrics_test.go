@@ -77,3 +77,16 @@ func TestUnknownQueryParametersAreRefused(t *testing.T) {
 		t.Fatalf("the job after the refused DELETE: %d", code)
 	}
 }
+
+// A plain GET of the feed is a JSON 400 like every other refusal, and
+// /metrics answers GET only.
+func TestFeedAndMetricsAnswerLikeTheRest(t *testing.T) {
+	ts := newTestServer(t)
+	code, hdr, body := ts.do("GET", "/v1/ws", "", nil)
+	if code != http.StatusBadRequest || !strings.HasPrefix(hdr.Get("Content-Type"), "application/json") || body["error"] == nil {
+		t.Errorf("GET /v1/ws without an upgrade: %d %q %v", code, hdr.Get("Content-Type"), body)
+	}
+	if code, _, body := ts.do("POST", "/metrics", "application/json", []byte("{}")); code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /metrics: %d %v, want 405", code, body)
+	}
+}

@@ -86,7 +86,7 @@ func New(cfg Config) *Server {
 	})
 	r.With(knownParams()).Get("/v1/openapi.json", serveOpenAPI)
 	read, ingest, admin := s.require(ScopeRead), s.require(ScopeIngest), s.require(ScopeAdmin)
-	r.With(read).Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	r.With(read).Get("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP)
 	none := knownParams()
 	r.Route("/v1", func(r chi.Router) {
 		r.With(ingest, none).Post("/streams/{stream}/events", s.ingest)

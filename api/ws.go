@@ -17,7 +17,12 @@ import (
 // "mlstream" subprotocol, which a browser offers next to its token
 // ("bearer.<token>"): a browser drops a connection whose server selects
 // none of the protocols it offered.
-var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 64 << 10, Subprotocols: []string{wsProtocol}}
+var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 64 << 10, Subprotocols: []string{wsProtocol},
+	// A refused handshake is a JSON error like every other answer.
+	Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
+		writeError(w, status, apiError{Error: "WebSocket handshake: " + reason.Error()})
+	},
+}
 
 const (
 	wsWriteWait = 10 * time.Second

@@ -313,6 +313,9 @@ func (j *joinJob) view(window string, limit int) JoinStatus {
 		st.Recent = append(st.Recent, p.pub.recent...)
 		p.pub.Unlock()
 	}
+	if st.Recent == nil {
+		st.Recent = []joins.Match{} // [] in JSON, never null
+	}
 	sortMatchesNewest(st.Recent)
 	if len(st.Recent) > limit {
 		st.Recent = st.Recent[:limit]
