@@ -28,6 +28,10 @@ type jobBatch struct {
 	parts     [][]Record // per partition
 	arena     arena
 	shedStats shedStats
+	// rec is the record being extracted: a field rather than a local, as
+	// a local would escape through the kind's Extract, one allocation per
+	// event.
+	rec Record
 }
 
 // NewBatch starts a request on a stream. It fails with ErrUnknownStream
@@ -74,12 +78,12 @@ func (b *Batch) Add(v *fastjson.Value, line int) error {
 		return &InputError{Line: line, Msg: fmt.Sprintf("an event must be a JSON object, got %s", v.Type())}
 	}
 	for _, jb := range b.jobs {
-		rec := Record{Side: jb.side}
-		if err := jb.job.kind.extract(v, &rec, &jb.arena, b.nowMs); err != nil {
+		jb.rec = Record{Side: jb.side}
+		if err := jb.job.kind.extract(v, &jb.rec, &jb.arena, b.nowMs); err != nil {
 			return inputError(err, line)
 		}
-		p := jb.job.partitionFor(rec.Key)
-		jb.parts[p] = append(jb.parts[p], rec)
+		p := jb.job.partitionFor(jb.rec.Key)
+		jb.parts[p] = append(jb.parts[p], jb.rec)
 	}
 	b.events++
 	return nil

@@ -268,7 +268,7 @@ func appendFeatures(dst []learners.Feature, v *fastjson.Value, field string) ([]
 			switch x.Type() {
 			case fastjson.TypeNumber:
 				var n float64
-				if n, err = boundedNumber(x, field+"."+string(k), maxValue); err == nil && n != 0 {
+				if n, err = featureNumber(x, field, k, maxValue); err == nil && n != 0 {
 					dst = append(dst, learners.Feature{Hash: learners.HashName(b2s(k)), Value: n})
 				}
 			case fastjson.TypeString:
@@ -294,6 +294,16 @@ func appendFeatures(dst []learners.Feature, v *fastjson.Value, field string) ([]
 		return dst, nil
 	}
 	return dst, badField(field, "must be an object of numbers, strings and booleans, or an array of strings, got %s", f.Type())
+}
+
+// featureNumber is boundedNumber for the feature name of field: the
+// field's name "field.name" is built only for the error, not for every
+// feature of every event.
+func featureNumber(x *fastjson.Value, field string, name []byte, max float64) (float64, error) {
+	if f, err := x.Float64(); err == nil && math.Abs(f) <= max {
+		return f, nil
+	}
+	return boundedNumber(x, field+"."+string(name), max)
 }
 
 // recordVersion is the first byte of an encoded record, so the item log
