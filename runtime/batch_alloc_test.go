@@ -1,7 +1,9 @@
 package runtime
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/valyala/fastjson"
 )
@@ -34,5 +36,50 @@ func TestBatchAddAllocatesNothingPerFeature(t *testing.T) {
 	// one per event would be 200.
 	if allocs > events/10 {
 		t.Fatalf("%.0f allocations for a batch of %d events of 8 features", allocs, events)
+	}
+}
+
+// TestQueuedRecordsKeepTheirArrays checks that the arrays a request's
+// records are extracted into are reused only once the records are
+// processed: requests queued behind a paused job keep their own events.
+func TestQueuedRecordsKeepTheirArrays(t *testing.T) {
+	e := testEngine(t, Config{Partitions: 2})
+	j := mustPut(t, e, Spec{Name: "h", Kind: "heavy_hitters", Input: "s", Partitions: 2,
+		Params: map[string]any{"field": "item", "k": 10, "counters": 100}})
+	const perRequest = 300
+	request := func(item string) {
+		lines := make([]string, perRequest)
+		for i := range lines {
+			lines[i] = fmt.Sprintf(`{"key":"k%d","item":%q}`, i, item)
+		}
+		if _, err := ingest(e, "s", lines...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Pause()
+	request("a")
+	request("b")
+	j.Resume()
+	waitProcessed(t, j, 2*perRequest)
+	request("c") // on the arrays of a or b, now processed
+	// The answer is published after processing: wait until it has it all.
+	var top TopK
+	for deadline := time.Now().Add(10 * time.Second); top.Total < 3*perRequest; time.Sleep(time.Millisecond) {
+		var err error
+		if top, err = j.TopK(WindowAll, 10); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("total %d of %d events", top.Total, 3*perRequest)
+		}
+	}
+	got := map[string]uint64{}
+	for _, it := range top.Items {
+		got[it.Key] = it.Lower
+	}
+	for _, item := range []string{"a", "b", "c"} {
+		if got[item] != perRequest {
+			t.Fatalf("counts %v, want %d of each of a, b and c", got, perRequest)
+		}
 	}
 }
