@@ -112,6 +112,9 @@ type Arena struct {
 	bytes []byte
 }
 
+// minArenaBlock is the smallest block of bytes an arena allocates.
+const minArenaBlock = 1 << 10
+
 // arena is the name the engine's files use.
 type arena = Arena
 
@@ -144,6 +147,11 @@ func (a *Arena) ResetFeatures() { a.feats = a.feats[:0] }
 func (a *Arena) str(b []byte) string {
 	if len(b) == 0 {
 		return ""
+	}
+	if cap(a.bytes)-len(a.bytes) < len(b) {
+		// A new block rather than append's copy into a larger one: the
+		// strings handed out keep the old block alive either way.
+		a.bytes = make([]byte, 0, max(2*cap(a.bytes), len(b), minArenaBlock))
 	}
 	start := len(a.bytes)
 	a.bytes = append(a.bytes, b...)
