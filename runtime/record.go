@@ -110,6 +110,7 @@ type Arena struct {
 	feats []learners.Feature
 	vals  []string
 	bytes []byte
+	text  []byte // scratch for Text
 }
 
 // minArenaBlock is the smallest block of bytes an arena allocates.
@@ -120,6 +121,13 @@ type arena = Arena
 
 // Str copies b into the arena and returns it as a string.
 func (a *Arena) Str(b []byte) string { return a.str(b) }
+
+// Text copies v's JSON text (a number's digits, true, false) into the
+// arena and returns it as a string.
+func (a *Arena) Text(v *fastjson.Value) string {
+	a.text = v.MarshalTo(a.text[:0])
+	return a.str(a.text)
+}
 
 // AddValue appends one string to the values being built; Values returns
 // those added since mark (ValueMark).
@@ -189,7 +197,7 @@ func extractKey(v *fastjson.Value, field string, a *arena) (string, error) {
 		b, _ := k.StringBytes()
 		return a.str(b), nil
 	case fastjson.TypeNumber:
-		return a.str(k.MarshalTo(nil)), nil
+		return a.Text(k), nil
 	case fastjson.TypeNull:
 		return "", nil
 	}
