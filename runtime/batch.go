@@ -269,10 +269,11 @@ type buffers struct {
 
 var bufferPool = sync.Pool{New: func() any { return new(buffers) }}
 
-// Pooled buffers are at most this large, so that one large request does
-// not keep its arrays allocated.
+// Pooled buffers are at most this large (records over all partitions;
+// features; values), so that one large request, or a job of many
+// partitions, does not keep its arrays allocated.
 const (
-	maxPooledRecords  = 1 << 15
+	maxPooledRecords  = 1 << 16
 	maxPooledFeatures = 1 << 19
 )
 
@@ -324,10 +325,12 @@ func (bufs *buffers) put() {
 	if cap(bufs.feats) > maxPooledFeatures || cap(bufs.vals) > maxPooledFeatures {
 		return
 	}
-	for _, recs := range bufs.parts {
-		if cap(recs) > maxPooledRecords {
-			return
-		}
+	records := 0
+	for _, recs := range bufs.parts[:cap(bufs.parts)] { // those of a larger job too
+		records += cap(recs)
+	}
+	if records > maxPooledRecords {
+		return
 	}
 	bufferPool.Put(bufs)
 }
