@@ -53,8 +53,10 @@ func (e *Engine) NewBatch(stream string) (*Batch, error) {
 	now := time.Now()
 	b := &Batch{e: e, stream: stream, now: now, nowMs: now.UnixMilli()}
 	for _, j := range readers {
-		jb := &jobBatch{job: j, bufs: getBuffers(len(j.parts))}
-		jb.parts = jb.bufs.parts
+		// parts is the batch's own: once lent, bufs.parts may go to
+		// another request while this one still reads its lengths.
+		jb := &jobBatch{job: j, bufs: getBuffers(len(j.parts)), parts: make([][]Record, len(j.parts))}
+		copy(jb.parts, jb.bufs.parts)
 		jb.arena.feats, jb.arena.vals = jb.bufs.feats, jb.bufs.vals
 		if j.spec.Right == stream {
 			jb.side = 1
