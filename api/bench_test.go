@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlstream/mlstream/runtime"
 	"github.com/valyala/fastjson"
 )
 
@@ -33,12 +34,20 @@ func BenchmarkParseNDJSON(b *testing.B) {
 // BenchmarkIngestHTTP posts 1,000-event NDJSON requests to a real server
 // on loopback feeding a logreg job with two partitions, and waits until
 // every event is learned.
-func BenchmarkIngestHTTP(b *testing.B) {
+func BenchmarkIngestHTTP(b *testing.B) { benchIngest(b, specFor("bench")) }
+
+// BenchmarkIngestHTTPDistinct is BenchmarkIngestHTTP into a distinct job
+// counting the events' keys.
+func BenchmarkIngestHTTPDistinct(b *testing.B) {
+	benchIngest(b, runtime.Spec{Name: "bench", Kind: "distinct", Input: "mail", Partitions: 2, Params: map[string]any{"field": "key"}})
+}
+
+func benchIngest(b *testing.B, spec runtime.Spec) {
 	ts := newTestServer(b)
-	if _, err := ts.engine.PutJob(specFor("bench")); err != nil {
+	if _, err := ts.engine.PutJob(spec); err != nil {
 		b.Fatal(err)
 	}
-	job, _ := ts.engine.Job("bench")
+	job, _ := ts.engine.Job(spec.Name)
 	url := ts.http.URL + "/v1/streams/mail/events"
 	b.SetBytes(int64(len(benchBody)))
 	b.ResetTimer()

@@ -53,8 +53,8 @@ func sniff(body []byte, contentType string) format {
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		return formatArray
 	}
-	ct := strings.ToLower(strings.TrimSpace(strings.Split(contentType, ";")[0]))
-	if ct == "application/json" {
+	ct, _, _ := strings.Cut(contentType, ";")
+	if strings.EqualFold(strings.TrimSpace(ct), "application/json") {
 		return formatSingle
 	}
 	return formatNDJSON

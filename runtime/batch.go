@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlstream/mlstream/learners"
@@ -23,11 +25,17 @@ type Batch struct {
 }
 
 type jobBatch struct {
-	job       *Job
-	side      uint8      // of a join: which of its streams this is
-	parts     [][]Record // per partition
-	arena     arena
+	job   *Job
+	side  uint8      // of a join: which of its streams this is
+	parts [][]Record // per partition
+	arena arena
+	// bufs lend parts and the arena's features and values their arrays.
+	bufs      *buffers
 	shedStats shedStats
+	// rec is the record being extracted: a field rather than a local, as
+	// a local would escape through the kind's Extract, one allocation per
+	// event.
+	rec Record
 }
 
 // NewBatch starts a request on a stream. It fails with ErrUnknownStream
@@ -45,7 +53,11 @@ func (e *Engine) NewBatch(stream string) (*Batch, error) {
 	now := time.Now()
 	b := &Batch{e: e, stream: stream, now: now, nowMs: now.UnixMilli()}
 	for _, j := range readers {
-		jb := &jobBatch{job: j, parts: make([][]Record, len(j.parts))}
+		// parts is the batch's own: once lent, bufs.parts may go to
+		// another request while this one still reads its lengths.
+		jb := &jobBatch{job: j, bufs: getBuffers(len(j.parts)), parts: make([][]Record, len(j.parts))}
+		copy(jb.parts, jb.bufs.parts)
+		jb.arena.feats, jb.arena.vals = jb.bufs.feats, jb.bufs.vals
 		if j.spec.Right == stream {
 			jb.side = 1
 		}
@@ -60,10 +72,10 @@ func (b *Batch) Expect(n int) {
 	for _, jb := range b.jobs {
 		per := n/len(jb.parts) + n/8 + 1
 		for i := range jb.parts {
-			jb.parts[i] = make([]Record, 0, per)
+			jb.parts[i] = reserve(jb.parts[i], per)
 		}
 		// Features per event as seen in the job's last request.
-		jb.arena.feats = make([]learners.Feature, 0, n*int(jb.job.featsPerEvent.Load()+1))
+		jb.arena.feats = reserve(jb.arena.feats, n*int(jb.job.featsPerEvent.Load()+1))
 	}
 }
 
@@ -74,12 +86,12 @@ func (b *Batch) Add(v *fastjson.Value, line int) error {
 		return &InputError{Line: line, Msg: fmt.Sprintf("an event must be a JSON object, got %s", v.Type())}
 	}
 	for _, jb := range b.jobs {
-		rec := Record{Side: jb.side}
-		if err := jb.job.kind.extract(v, &rec, &jb.arena, b.nowMs); err != nil {
+		jb.rec = Record{Side: jb.side}
+		if err := jb.job.kind.extract(v, &jb.rec, &jb.arena, b.nowMs); err != nil {
 			return inputError(err, line)
 		}
-		p := jb.job.partitionFor(rec.Key)
-		jb.parts[p] = append(jb.parts[p], rec)
+		p := jb.job.partitionFor(jb.rec.Key)
+		jb.parts[p] = append(jb.parts[p], jb.rec)
 	}
 	b.events++
 	return nil
@@ -125,6 +137,7 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	held, err := b.reserve(ctx)
 	if err != nil {
 		held.release()
+		b.releaseBuffers()
 		return 0, err
 	}
 	durable, err := b.push()
@@ -204,13 +217,15 @@ func (b *Batch) push() ([]*partFT, error) {
 	var durable []*partFT
 	for _, jb := range b.jobs {
 		req := jb.job.ftRequest(jb.parts)
+		bufs := jb.lend()
 		for i, recs := range jb.parts {
 			if len(recs) == 0 {
 				continue
 			}
 			q := jb.job.parts[i].q
-			if err := q.push(recs, b.now, req); err != nil {
+			if err := q.push(recs, b.now, req, bufs); err != nil {
 				q.unreserve(len(recs))
+				bufs.release()
 				if errors.Is(err, ErrDurability) {
 					req.abandon()
 					return nil, err
@@ -239,4 +254,103 @@ func commitLogs(logs []*partFT) error {
 		}
 	}
 	return nil
+}
+
+// buffers are the arrays a job's share of a request is extracted into:
+// its records per partition, and the features and values they point to.
+// They serve request after request: once every partition has processed
+// the records, they go back to bufferPool. The arena's bytes do not, as
+// kinds keep the strings (a sketch keeps the items it counts).
+type buffers struct {
+	parts [][]Record
+	feats []learners.Feature
+	vals  []string
+	// holders counts the queued batches still reading the arrays.
+	holders atomic.Int32
+}
+
+var bufferPool = sync.Pool{New: func() any { return new(buffers) }}
+
+// Pooled buffers are at most this large (records over all partitions;
+// features; values), so that one large request, or a job of many
+// partitions, does not keep its arrays allocated.
+const (
+	maxPooledRecords  = 1 << 16
+	maxPooledFeatures = 1 << 19
+)
+
+// getBuffers returns empty buffers for a job of n partitions.
+func getBuffers(n int) *buffers {
+	bufs := bufferPool.Get().(*buffers)
+	if cap(bufs.parts) < n {
+		bufs.parts = make([][]Record, n)
+	}
+	bufs.parts = bufs.parts[:n]
+	for i := range bufs.parts {
+		bufs.parts[i] = bufs.parts[i][:0]
+	}
+	bufs.feats, bufs.vals = bufs.feats[:0], bufs.vals[:0]
+	return bufs
+}
+
+// lend hands the arrays, as extraction left them, to the partitions that
+// will read them: one holder per partition with records. It returns nil
+// when there are none, and the arrays go back to the pool now.
+func (jb *jobBatch) lend() *buffers {
+	bufs := jb.bufs
+	jb.bufs = nil
+	copy(bufs.parts, jb.parts)
+	bufs.feats, bufs.vals = jb.arena.feats, jb.arena.vals
+	n := int32(0)
+	for _, recs := range jb.parts {
+		if len(recs) > 0 {
+			n++
+		}
+	}
+	if n == 0 {
+		bufs.put()
+		return nil
+	}
+	bufs.holders.Store(n)
+	return bufs
+}
+
+// release says one holder is done with the arrays; the last one returns
+// them to the pool.
+func (bufs *buffers) release() {
+	if bufs != nil && bufs.holders.Add(-1) == 0 {
+		bufs.put()
+	}
+}
+
+func (bufs *buffers) put() {
+	if cap(bufs.feats) > maxPooledFeatures || cap(bufs.vals) > maxPooledFeatures {
+		return
+	}
+	records := 0
+	for _, recs := range bufs.parts[:cap(bufs.parts)] { // those of a larger job too
+		records += cap(recs)
+	}
+	if records > maxPooledRecords {
+		return
+	}
+	bufferPool.Put(bufs)
+}
+
+// releaseBuffers returns the arrays of a batch that queued nothing.
+func (b *Batch) releaseBuffers() {
+	for _, jb := range b.jobs {
+		if jb.bufs != nil {
+			jb.bufs.put()
+			jb.bufs = nil
+		}
+	}
+}
+
+// reserve returns s emptied, with room for n elements.
+func reserve[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
 }

@@ -21,6 +21,8 @@ type batch struct {
 	recs     []Record
 	enqueued time.Time
 	logged   bool // in the item log; guarded by the queue's mutex
+	// bufs hold the arrays recs is in, released when the batch is done.
+	bufs *buffers
 }
 
 // queue is a partition's bounded input: capacity is counted in events,
@@ -131,8 +133,9 @@ func (q *queue) reserve(ctx context.Context, n int) error {
 func (q *queue) unreserve(n int) { q.room.Release(int64(n)) }
 
 // push appends reserved records, stamping their sequence numbers; req is
-// their request's share of the job in mode exact, or nil.
-func (q *queue) push(recs []Record, now time.Time, req *ftRequest) error {
+// their request's share of the job in mode exact, or nil. bufs hold the
+// arrays of recs (or are nil), released once the records are processed.
+func (q *queue) push(recs []Record, now time.Time, req *ftRequest, bufs *buffers) error {
 	q.mu.Lock()
 	if q.mu.closed {
 		q.mu.Unlock()
@@ -142,7 +145,7 @@ func (q *queue) push(recs []Record, now time.Time, req *ftRequest) error {
 		recs[i].Seq = q.mu.nextSeq
 		q.mu.nextSeq++
 	}
-	b := &batch{recs: recs, enqueued: now}
+	b := &batch{recs: recs, enqueued: now, bufs: bufs}
 	if q.ft != nil {
 		if err := q.ft.pushed(b, req); err != nil {
 			q.mu.Unlock()
@@ -197,6 +200,7 @@ func (q *queue) done(b *batch) {
 	q.mu.Unlock()
 	q.depth.Add(-int64(n))
 	q.room.Release(int64(n))
+	b.bufs.release()
 }
 
 // close stops new pushes; what is queued is still processed.

@@ -110,13 +110,24 @@ type Arena struct {
 	feats []learners.Feature
 	vals  []string
 	bytes []byte
+	text  []byte // scratch for Text
 }
+
+// minArenaBlock is the smallest block of bytes an arena allocates.
+const minArenaBlock = 1 << 10
 
 // arena is the name the engine's files use.
 type arena = Arena
 
 // Str copies b into the arena and returns it as a string.
 func (a *Arena) Str(b []byte) string { return a.str(b) }
+
+// Text copies v's JSON text (a number's digits, true, false) into the
+// arena and returns it as a string.
+func (a *Arena) Text(v *fastjson.Value) string {
+	a.text = v.MarshalTo(a.text[:0])
+	return a.str(a.text)
+}
 
 // AddValue appends one string to the values being built; Values returns
 // those added since mark (ValueMark).
@@ -144,6 +155,11 @@ func (a *Arena) ResetFeatures() { a.feats = a.feats[:0] }
 func (a *Arena) str(b []byte) string {
 	if len(b) == 0 {
 		return ""
+	}
+	if cap(a.bytes)-len(a.bytes) < len(b) {
+		// A new block rather than append's copy into a larger one: the
+		// strings handed out keep the old block alive either way.
+		a.bytes = make([]byte, 0, max(2*cap(a.bytes), len(b), minArenaBlock))
 	}
 	start := len(a.bytes)
 	a.bytes = append(a.bytes, b...)
@@ -181,7 +197,7 @@ func extractKey(v *fastjson.Value, field string, a *arena) (string, error) {
 		b, _ := k.StringBytes()
 		return a.str(b), nil
 	case fastjson.TypeNumber:
-		return a.str(k.MarshalTo(nil)), nil
+		return a.Text(k), nil
 	case fastjson.TypeNull:
 		return "", nil
 	}
@@ -268,7 +284,7 @@ func appendFeatures(dst []learners.Feature, v *fastjson.Value, field string) ([]
 			switch x.Type() {
 			case fastjson.TypeNumber:
 				var n float64
-				if n, err = boundedNumber(x, field+"."+string(k), maxValue); err == nil && n != 0 {
+				if n, err = featureNumber(x, field, k, maxValue); err == nil && n != 0 {
 					dst = append(dst, learners.Feature{Hash: learners.HashName(b2s(k)), Value: n})
 				}
 			case fastjson.TypeString:
@@ -294,6 +310,16 @@ func appendFeatures(dst []learners.Feature, v *fastjson.Value, field string) ([]
 		return dst, nil
 	}
 	return dst, badField(field, "must be an object of numbers, strings and booleans, or an array of strings, got %s", f.Type())
+}
+
+// featureNumber is boundedNumber for the feature name of field: the
+// field's name "field.name" is built only for the error, not for every
+// feature of every event.
+func featureNumber(x *fastjson.Value, field string, name []byte, max float64) (float64, error) {
+	if f, err := x.Float64(); err == nil && math.Abs(f) <= max {
+		return f, nil
+	}
+	return boundedNumber(x, field+"."+string(name), max)
 }
 
 // recordVersion is the first byte of an encoded record, so the item log

@@ -109,7 +109,11 @@ func (sp Params) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.Aren
 		o, _ := x.Object()
 		o.Visit(func(k []byte, _ *fastjson.Value) { a.AddValue(a.Str(k)) })
 	default:
-		s, ok := scalarText(x, a)
+		// Counting the key itself, the key's copy serves as the value.
+		s, ok := rec.Key, sp.Field == sp.Fields.Key && rec.Key != ""
+		if !ok {
+			s, ok = scalarText(x, a)
+		}
 		if !ok {
 			return runtime.BadField(sp.Field, "must be a string, number, boolean, array or object, got %s", x.Type())
 		}
@@ -126,7 +130,7 @@ func scalarText(v *fastjson.Value, a *runtime.Arena) (string, bool) {
 		b, _ := v.StringBytes()
 		return a.Str(b), true
 	case fastjson.TypeNumber, fastjson.TypeTrue, fastjson.TypeFalse:
-		return a.Str(v.MarshalTo(nil)), true
+		return a.Text(v), true
 	}
 	return "", false
 }
