@@ -65,9 +65,27 @@ func (j *logregJob) Explain(v *fastjson.Value, line int) (any, error) {
 // true under its field name, a string as "name=value", an array's strings
 // as themselves; zeros, false and null are no feature.
 func featureNames(f *fastjson.Value) []string {
-	var names []string
+	buf, ends := appendFeatureNames(nil, nil, f)
+	names := make([]string, len(ends))
+	start := 0
+	for i, end := range ends {
+		names[i] = string(buf[start:end])
+		start = end
+	}
+	return names
+}
+
+// appendFeatureNames appends the names of the features of f to buf, in the
+// order extraction hashes them, and the end of each name in buf to ends.
+func appendFeatureNames(buf []byte, ends []int, f *fastjson.Value) ([]byte, []int) {
 	if f == nil {
-		return nil
+		return buf, ends
+	}
+	name := func(parts ...[]byte) {
+		for _, p := range parts {
+			buf = append(buf, p...)
+		}
+		ends = append(ends, len(buf))
 	}
 	switch f.Type() {
 	case fastjson.TypeObject:
@@ -76,20 +94,20 @@ func featureNames(f *fastjson.Value) []string {
 			switch x.Type() {
 			case fastjson.TypeNumber:
 				if n, _ := x.Float64(); n != 0 {
-					names = append(names, string(k))
+					name(k)
 				}
 			case fastjson.TypeString:
-				names = append(names, string(k)+"="+string(x.GetStringBytes()))
+				name(k, []byte("="), x.GetStringBytes())
 			case fastjson.TypeTrue:
-				names = append(names, string(k))
+				name(k)
 			}
 		})
 	case fastjson.TypeArray:
 		for _, x := range f.GetArray() {
-			names = append(names, string(x.GetStringBytes()))
+			name(x.GetStringBytes())
 		}
 	}
-	return names
+	return buf, ends
 }
 
 // markCollisions fills CollidesWith for features sharing a slot.

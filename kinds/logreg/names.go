@@ -45,6 +45,10 @@ type nameDict struct {
 	// untracked counts names not recorded because limit slots were
 	// tracked already: visible in the top answer.
 	untracked uint64
+	// buf and ends hold a sampled event's names (guarded by mu), so that
+	// sampling allocates only for a name the dictionary keeps.
+	buf  []byte
+	ends []int
 }
 
 func newNameDict(limit int) *nameDict { return &nameDict{limit: limit, slots: map[int]*slotNames{}} }
@@ -56,14 +60,16 @@ func (d *nameDict) observe(f *fastjson.Value, feats []learners.Feature, m *learn
 	if d.limit == 0 || !sampled(d.events.Add(1)) {
 		return
 	}
-	names := featureNames(f)
-	if len(names) != len(feats) {
-		return
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.buf, d.ends = appendFeatureNames(d.buf[:0], d.ends[:0], f)
+	if len(d.ends) != len(feats) {
+		return
+	}
+	start := 0
 	for i, ft := range feats {
-		d.add(m.Slot(ft.Hash), names[i], 1)
+		d.addBytes(m.Slot(ft.Hash), d.buf[start:d.ends[i]], 1)
+		start = d.ends[i]
 	}
 }
 
@@ -77,7 +83,11 @@ func sampled(n uint64) bool {
 }
 
 // add counts name at slot; d.mu held.
-func (d *nameDict) add(slot int, name string, n uint64) {
+func (d *nameDict) add(slot int, name string, n uint64) { d.addBytes(slot, []byte(name), n) }
+
+// addBytes is add of a name in bytes: it makes a string only of a name the
+// slot keeps.
+func (d *nameDict) addBytes(slot int, name []byte, n uint64) {
 	if len(name) > maxNameBytes {
 		name = name[:maxNameBytes]
 	}
@@ -93,14 +103,14 @@ func (d *nameDict) add(slot int, name string, n uint64) {
 	rarest := 0
 	for i := range s {
 		switch {
-		case s[i].Name == name && s[i].Count > 0:
+		case s[i].Name == string(name) && s[i].Count > 0:
 			s[i].Count += n
 			return
 		case s[i].Count < s[rarest].Count:
 			rarest = i
 		}
 	}
-	s[rarest] = NameCount{Name: name, Count: s[rarest].Count + n}
+	s[rarest] = NameCount{Name: string(name), Count: s[rarest].Count + n}
 }
 
 // names returns the names seen at slot, the most frequent first.
