@@ -187,3 +187,24 @@ func TestProgressiveLongRunLoss(t *testing.T) {
 	}
 	checkMeasures(t, "recent", p.Summary().Recent, ev)
 }
+
+// CopyTo makes the same copy as Clone, into memory it reuses.
+func TestProgressiveCopyTo(t *testing.T) {
+	p := NewProgressive(8)
+	for i := range 20 {
+		p.Observe(float64(i%10)/10, i%3 == 0)
+	}
+	dst := NewProgressive(8)
+	dst.Observe(0.9, false)
+	p.CopyTo(dst)
+	if got, want := dst.Summary(), p.Clone().Summary(); got != want {
+		t.Fatalf("CopyTo %+v, Clone %+v", got, want)
+	}
+	if a := testing.AllocsPerRun(10, func() { p.CopyTo(dst) }); a != 0 {
+		t.Fatalf("CopyTo allocates %v times into a copy of the same size", a)
+	}
+	p.Observe(0.2, true)
+	if dst.Summary() == p.Summary() {
+		t.Fatal("the copy shares state with the original")
+	}
+}

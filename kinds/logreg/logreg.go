@@ -326,9 +326,8 @@ func (p *logregPart) merge() {
 }
 
 func (p *logregPart) publish(now time.Time) {
-	c := p.prog.Clone()
 	p.pub.Lock()
-	p.pub.snap = c
+	p.prog.CopyTo(p.pub.snap)
 	p.pub.Unlock()
 	p.pubAt = now
 }
