@@ -151,6 +151,7 @@ type Part struct {
 	pending   int           // events since the last check
 	maxVals   atomic.Int64  // most values in one event: α; read by status
 	div       atomic.Uint64 // divergence as float64 bits, published for status
+	lastDiv   float64       // what div holds, so that it is stored only when it changes
 	processed int64
 	unit      runtime.FTUnit // nil without fault tolerance
 	PubAt     time.Time
@@ -186,7 +187,10 @@ func (s *Part) WindowEnded() {
 // state's divergence or the events at risk passed their thresholds (or at
 // the end of a batch, force), so that they hold to the event.
 func (s *Part) Check(div float64, force bool) {
-	if !force {
+	// An atomic store is a full barrier on amd64: only when it changed
+	// (a summary's divergence moves on few of its events).
+	if !force && div != s.lastDiv {
+		s.lastDiv = div
 		s.div.Store(math.Float64bits(div))
 	}
 	if s.unit == nil || s.pending == 0 || !force && !s.unit.Due(div, s.unlogged) {
