@@ -262,6 +262,10 @@ func (p *Progressive) CopyTo(dst *Progressive) {
 	dst.ring = append(ring, p.ring...)
 }
 
+// Count returns the number of events observed over the whole run
+// (including merged ones).
+func (p *Progressive) Count() int64 { return p.all.count }
+
 // Window returns the size of the recent window.
 func (p *Progressive) Window() int { return p.window }
 

@@ -61,6 +61,7 @@ var (
 	versionDesc = prometheus.NewDesc("mlstream_model_version", "Version of the global model (merges applied).", []string{"job"}, nil)
 	skippedDesc = prometheus.NewDesc("mlstream_model_skipped_updates_total", "Updates the model refused because they would have made a weight or an optimizer accumulator infinite or NaN.", []string{"job"}, nil)
 	qualityDesc = prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss, auc, or precision, recall or f1 at the decision threshold 0.5; window is all or recent.", []string{"job", "metric", "window"}, nil)
+	driftsDesc  = prometheus.NewDesc("mlstream_model_drifts_total", "Drifts the job's Page-Hinkley detectors found in the per-event log loss (all partitions).", []string{"job"}, nil)
 	calibDesc   = prometheus.NewDesc("mlstream_model_calibration", "Calibration table of the model: for the events predicted in [lo, hi), stat is count, mean_predicted or observed_rate (of positives); window is all or recent.", []string{"job", "window", "lo", "hi", "stat"}, nil)
 )
 
@@ -69,6 +70,7 @@ func describe(ch chan<- *prometheus.Desc) {
 	ch <- skippedDesc
 	ch <- qualityDesc
 	ch <- calibDesc
+	ch <- driftsDesc
 }
 
 // Collect sends the model's version, skipped updates and progressive
@@ -77,6 +79,7 @@ func (j *logregJob) Collect(job string, ch chan<- prometheus.Metric) {
 	st := j.Status(false).(*Status)
 	ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, float64(st.Model.Version), job)
 	ch <- prometheus.MustNewConstMetric(skippedDesc, prometheus.CounterValue, float64(st.Model.Skipped), job)
+	ch <- prometheus.MustNewConstMetric(driftsDesc, prometheus.CounterValue, float64(st.Drift.Drifts), job)
 	collectMeasures(job, "all", &st.Metrics.All, ch)
 	collectMeasures(job, "recent", &st.Metrics.Recent, ch)
 }
