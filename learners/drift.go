@@ -65,7 +65,13 @@ func (d *PageHinkley) UpdatePrediction(prob float64, label bool) bool {
 	if prob != prob {
 		prob = 0.5
 	}
-	return d.Update(min(logLoss(prob, label), DriftLossCap))
+	return d.UpdateLoss(logLoss(prob, label))
+}
+
+// UpdateLoss adds a log loss, capped at DriftLossCap, and reports whether
+// it completes a drift.
+func (d *PageHinkley) UpdateLoss(loss float64) bool {
+	return d.Update(min(loss, DriftLossCap))
 }
 
 // Reset forgets every value: the detector starts over, as after a drift

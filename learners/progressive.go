@@ -262,6 +262,17 @@ func (p *Progressive) CopyTo(dst *Progressive) {
 	dst.ring = append(ring, p.ring...)
 }
 
+// LastLoss returns the log loss of the last event observed (0 before the
+// first), as the recent window keeps it: a drift detector reads it
+// instead of computing the logarithm again.
+func (p *Progressive) LastLoss() float64 {
+	i := p.next - 1
+	if i < 0 {
+		i = len(p.ring) - 1
+	}
+	return float64(p.ring[i].loss)
+}
+
 // Count returns the number of events observed over the whole run
 // (including merged ones).
 func (p *Progressive) Count() int64 { return p.all.count }

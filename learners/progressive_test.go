@@ -257,6 +257,22 @@ func TestProgressiveLongRunLoss(t *testing.T) {
 	checkMeasures(t, "recent", p.Summary().Recent, ev)
 }
 
+// LastLoss is the log loss of the event just observed, across the
+// window's wrap.
+func TestProgressiveLastLoss(t *testing.T) {
+	p := NewProgressive(3)
+	if p.LastLoss() != 0 {
+		t.Fatalf("before any event: %v", p.LastLoss())
+	}
+	for i := range 7 {
+		prob := float64(i+1) / 10
+		p.Observe(prob, i%2 == 0)
+		if got, want := p.LastLoss(), logLoss(prob, i%2 == 0); math.Abs(got-want) > 1e-6 {
+			t.Fatalf("event %d: %v, want %v", i, got, want)
+		}
+	}
+}
+
 // CopyTo makes the same copy as Clone, into memory it reuses.
 func TestProgressiveCopyTo(t *testing.T) {
 	p := NewProgressive(8)

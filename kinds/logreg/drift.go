@@ -86,12 +86,12 @@ func (d *drifts) status() *DriftStatus {
 	return st
 }
 
-// observeDrift feeds the partition's detector one labelled event's
-// prediction and reports a drift it completes. Drifts are rare (the
+// observeDrift feeds the partition's detector the log loss of the
+// labelled event prog has just observed, and reports a drift it completes. Drifts are rare (the
 // detector starts over after one), so the message is built with
 // encoding/json.
-func (p *logregPart) observeDrift(r *runtime.Record, prob float64) {
-	if !p.drift.UpdatePrediction(prob, r.Label == 1) {
+func (p *logregPart) observeDrift(r *runtime.Record) {
+	if !p.drift.UpdateLoss(p.prog.LastLoss()) {
 		return
 	}
 	d := &p.job.drifts

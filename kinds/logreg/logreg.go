@@ -263,7 +263,7 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 		if r.Label >= 0 {
 			prob = p.learner.Learn(r.Features, r.Label == 1)
 			p.prog.Observe(prob, r.Label == 1)
-			p.observeDrift(r, prob)
+			p.observeDrift(r)
 			if !logged {
 				p.unlogged++
 			}
