@@ -143,36 +143,53 @@ func (m *Model) StepBound(k int) float64 {
 	return step * math.Sqrt(float64(k+1))
 }
 
+// Backups of a Progressive. Version 1 (no header) began with the window,
+// which is never 0; version 2 begins with a 0 word and the version, and
+// adds the counts at the decision threshold, the calibration bins and each
+// window event's prediction.
+const (
+	progressiveV2 = 2
+	aggSizeV1     = 4*8 + 2*8*AUCBins
+	aggSizeV2     = aggSizeV1 + 2*8 + 3*8*CalibrationBins
+	ringSizeV1    = 8
+	ringSizeV2    = 12
+	headerV1      = 9
+	headerV2      = 8 + headerV1
+)
+
 // MarshalBinary encodes the whole Progressive (counts and recent window),
-// for backups.
+// for backups, in the format's version 2.
 func (p *Progressive) MarshalBinary() ([]byte, error) {
-	b := make([]byte, 0, 64+4*8*AUCBins+len(p.ring)*8)
+	b := make([]byte, 0, headerV2+3*aggSizeV2+len(p.ring)*ringSizeV2)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, progressiveV2)
+	b = p.appendHeader(b)
+	for _, a := range []*agg{&p.all, &p.recent, &p.merged} {
+		b = appendAgg(b, a)
+	}
+	for _, e := range p.ring {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(e.loss))
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(e.prob))
+		b = binary.LittleEndian.AppendUint16(b, e.bin)
+		b = append(b, e.flags, e.cal)
+	}
+	return b, nil
+}
+
+// appendHeader appends what both versions have after the version: the
+// window, the ring's next slot and whether it is full.
+func (p *Progressive) appendHeader(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(p.window))
 	b = binary.LittleEndian.AppendUint32(b, uint32(p.next))
 	full := byte(0)
 	if p.full {
 		full = 1
 	}
-	b = append(b, full)
-	for _, a := range []*agg{&p.all, &p.recent, &p.merged} {
-		b = appendAgg(b, a)
-	}
-	for _, e := range p.ring {
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(e.loss))
-		b = binary.LittleEndian.AppendUint16(b, e.bin)
-		flags := byte(0)
-		if e.label {
-			flags |= 1
-		}
-		if e.correct {
-			flags |= 2
-		}
-		b = append(b, flags, 0)
-	}
-	return b, nil
+	return append(b, full)
 }
 
-func appendAgg(b []byte, a *agg) []byte {
+// appendAggV1 appends the counts both versions have.
+func appendAggV1(b []byte, a *agg) []byte {
 	for _, v := range []int64{a.count, a.positives, a.correct} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
@@ -184,13 +201,36 @@ func appendAgg(b []byte, a *agg) []byte {
 	return b
 }
 
-const aggSize = 4*8 + 2*8*AUCBins
+func appendAgg(b []byte, a *agg) []byte {
+	b = appendAggV1(b, a)
+	b = binary.LittleEndian.AppendUint64(b, uint64(a.truePos))
+	b = binary.LittleEndian.AppendUint64(b, uint64(a.predPos))
+	for _, c := range a.cal {
+		b = binary.LittleEndian.AppendUint64(b, uint64(c.count))
+		b = binary.LittleEndian.AppendUint64(b, uint64(c.positives))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.sumP))
+	}
+	return b
+}
 
 var errBadProgressive = errors.New("learners: malformed progressive metrics")
 
-// UnmarshalBinary restores what MarshalBinary wrote; the window must match.
+// UnmarshalBinary restores what MarshalBinary wrote, in either version;
+// the window must match. A version 1 backup has no predictions: each is
+// taken as its AUC bin's centre, which is within 1/2048 of it.
 func (p *Progressive) UnmarshalBinary(data []byte) error {
-	if len(data) < 9+3*aggSize {
+	v2 := len(data) >= 8 && binary.LittleEndian.Uint32(data) == 0
+	if v2 {
+		if binary.LittleEndian.Uint32(data[4:]) != progressiveV2 {
+			return fmt.Errorf("%w: unknown version %d", errBadProgressive, binary.LittleEndian.Uint32(data[4:]))
+		}
+		data = data[8:]
+	}
+	aggSize, ringSize := aggSizeV1, ringSizeV1
+	if v2 {
+		aggSize, ringSize = aggSizeV2, ringSizeV2
+	}
+	if len(data) < headerV1+3*aggSize {
 		return errBadProgressive
 	}
 	window := int(binary.LittleEndian.Uint32(data))
@@ -198,36 +238,109 @@ func (p *Progressive) UnmarshalBinary(data []byte) error {
 	if window != p.window {
 		return fmt.Errorf("%w: window %d, want %d", errBadProgressive, window, p.window)
 	}
-	if next >= window || data[8] > 1 || len(data) != 9+3*aggSize+8*window {
+	if next >= window || data[8] > 1 || len(data) != headerV1+3*aggSize+ringSize*window {
 		return errBadProgressive
 	}
 	q := Progressive{window: window, next: next, full: data[8] == 1, ring: make([]ringEntry, window)}
-	off := 9
+	off := headerV1
 	for _, a := range []*agg{&q.all, &q.recent, &q.merged} {
-		a.count = int64(binary.LittleEndian.Uint64(data[off:]))
-		a.positives = int64(binary.LittleEndian.Uint64(data[off+8:]))
-		a.correct = int64(binary.LittleEndian.Uint64(data[off+16:]))
-		a.loss = math.Float64frombits(binary.LittleEndian.Uint64(data[off+24:]))
-		off += 32
-		for i := range a.pos {
-			a.pos[i] = int64(binary.LittleEndian.Uint64(data[off:]))
-			a.neg[i] = int64(binary.LittleEndian.Uint64(data[off+8:]))
-			off += 16
-		}
+		off = readAgg(a, data, off, v2)
 	}
 	for i := range q.ring {
-		e := &q.ring[i]
-		e.loss = math.Float32frombits(binary.LittleEndian.Uint32(data[off:]))
-		e.bin = binary.LittleEndian.Uint16(data[off+4:])
-		if e.bin >= AUCBins {
+		if off = readRingEntry(&q.ring[i], data, off, v2); off < 0 {
 			return errBadProgressive
 		}
-		e.label = data[off+6]&1 != 0
-		e.correct = data[off+6]&2 != 0
-		off += 8
+	}
+	if !v2 {
+		q.upgradeV1()
 	}
 	*p = q
 	return nil
+}
+
+// readAgg reads an agg at off and returns the offset after it.
+func readAgg(a *agg, data []byte, off int, v2 bool) int {
+	a.count = int64(binary.LittleEndian.Uint64(data[off:]))
+	a.positives = int64(binary.LittleEndian.Uint64(data[off+8:]))
+	a.correct = int64(binary.LittleEndian.Uint64(data[off+16:]))
+	a.loss = math.Float64frombits(binary.LittleEndian.Uint64(data[off+24:]))
+	off += 32
+	for i := range a.pos {
+		a.pos[i] = int64(binary.LittleEndian.Uint64(data[off:]))
+		a.neg[i] = int64(binary.LittleEndian.Uint64(data[off+8:]))
+		off += 16
+	}
+	if !v2 {
+		return off
+	}
+	a.truePos = int64(binary.LittleEndian.Uint64(data[off:]))
+	a.predPos = int64(binary.LittleEndian.Uint64(data[off+8:]))
+	off += 16
+	for i := range a.cal {
+		c := &a.cal[i]
+		c.count = int64(binary.LittleEndian.Uint64(data[off:]))
+		c.positives = int64(binary.LittleEndian.Uint64(data[off+8:]))
+		c.sumP = math.Float64frombits(binary.LittleEndian.Uint64(data[off+16:]))
+		off += 24
+	}
+	return off
+}
+
+// readRingEntry reads a window event at off and returns the offset after
+// it, or -1 if it is malformed.
+func readRingEntry(e *ringEntry, data []byte, off int, v2 bool) int {
+	e.loss = math.Float32frombits(binary.LittleEndian.Uint32(data[off:]))
+	if v2 {
+		e.prob = math.Float32frombits(binary.LittleEndian.Uint32(data[off+4:]))
+		off += 4
+	}
+	e.bin = binary.LittleEndian.Uint16(data[off+4:])
+	e.flags = data[off+6] & (flagLabel | flagCorrect)
+	e.cal = data[off+7]
+	if e.bin >= AUCBins || (v2 && (e.cal >= CalibrationBins || !(e.prob >= 0 && e.prob <= 1))) {
+		return -1
+	}
+	return off + 8
+}
+
+// upgradeV1 fills what version 1 did not keep. The window's events get
+// their bin centre as prediction, and the recent counts are rebuilt from
+// them so that events leaving the window take out what they brought in.
+// The whole run's counts come from the AUC bins: those from 0.5 up count as
+// predicted positive (an event at exactly 0.5 was predicted negative).
+func (p *Progressive) upgradeV1() {
+	for i := range p.ring {
+		e := &p.ring[i]
+		c := (float64(e.bin) + 0.5) / AUCBins
+		e.prob, e.cal = float32(c), uint8(calIndex(c))
+	}
+	p.all.binsToDecisions()
+	p.merged.binsToDecisions()
+	events := p.ring[:p.next]
+	if p.full {
+		events = p.ring
+	}
+	var recent agg
+	for _, e := range events {
+		recent.observe(e, 1)
+	}
+	recent.loss = p.recent.loss
+	p.recent = recent
+}
+
+func (a *agg) binsToDecisions() {
+	for i := range a.pos {
+		c := (float64(i) + 0.5) / AUCBins
+		k := &a.cal[calIndex(c)]
+		n := a.pos[i] + a.neg[i]
+		k.count += n
+		k.positives += a.pos[i]
+		k.sumP += float64(n) * c
+		if i >= AUCBins/2 {
+			a.predPos += n
+			a.truePos += a.pos[i]
+		}
+	}
 }
 
 // addFloatNew adds d to a state word and returns the word's new value.

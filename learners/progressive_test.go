@@ -19,6 +19,7 @@ type obs struct {
 func brute(events []obs) (m Measures, sameBin float64) {
 	m.Count = int64(len(events))
 	if m.Count == 0 {
+		bruteRates(&m)
 		return m, 0
 	}
 	var correct, loss float64
@@ -30,7 +31,9 @@ func brute(events []obs) (m Measures, sameBin float64) {
 			correct++
 		}
 		loss += logLoss(e.p, e.label)
+		bruteDecision(&m, e)
 	}
+	bruteRates(&m)
 	m.Accuracy = correct / float64(m.Count)
 	m.LogLoss = loss / float64(m.Count)
 	var pairs, conc, same float64
@@ -61,9 +64,73 @@ func brute(events []obs) (m Measures, sameBin float64) {
 	return m, sameBin
 }
 
+// bruteDecision counts one event at the threshold and in its calibration
+// bin (sums of predictions for now).
+func bruteDecision(m *Measures, e obs) {
+	switch {
+	case e.p > 0.5 && e.label:
+		m.TP++
+	case e.p > 0.5:
+		m.FP++
+	case e.label:
+		m.FN++
+	default:
+		m.TN++
+	}
+	i := min(int(e.p*10), 9)
+	c := &m.Calibration[i]
+	c.Count++
+	c.MeanPredicted += e.p
+	if e.label {
+		c.ObservedRate++
+	}
+}
+
+func bruteRates(m *Measures) {
+	if m.TP+m.FP > 0 {
+		m.Precision = float64(m.TP) / float64(m.TP+m.FP)
+	}
+	if m.TP+m.FN > 0 {
+		m.Recall = float64(m.TP) / float64(m.TP+m.FN)
+	}
+	if m.TP > 0 {
+		m.F1 = 2 * float64(m.TP) / float64(2*m.TP+m.FP+m.FN)
+	}
+	for i := range m.Calibration {
+		c := &m.Calibration[i]
+		c.Lo, c.Hi = float64(i)/10, float64(i+1)/10
+		if c.Count > 0 {
+			c.MeanPredicted /= float64(c.Count)
+			c.ObservedRate /= float64(c.Count)
+		}
+	}
+}
+
+// checkDecisions compares the counts at the threshold, the rates made of
+// them and the calibration table with a direct count.
+func checkDecisions(t *testing.T, what string, got, want Measures) {
+	t.Helper()
+	if got.TP != want.TP || got.FP != want.FP || got.FN != want.FN || got.TN != want.TN {
+		t.Errorf("%s: tp/fp/fn/tn %d/%d/%d/%d, want %d/%d/%d/%d", what, got.TP, got.FP, got.FN, got.TN, want.TP, want.FP, want.FN, want.TN)
+	}
+	for _, r := range [][3]any{{"precision", got.Precision, want.Precision}, {"recall", got.Recall, want.Recall}, {"f1", got.F1, want.F1}} {
+		if math.Abs(r[1].(float64)-r[2].(float64)) > 1e-12 {
+			t.Errorf("%s: %s %v, want %v", what, r[0], r[1], r[2])
+		}
+	}
+	for i, c := range got.Calibration {
+		w := want.Calibration[i]
+		if c.Count != w.Count || c.Lo != w.Lo || c.Hi != w.Hi || math.Abs(c.ObservedRate-w.ObservedRate) > 1e-12 ||
+			math.Abs(c.MeanPredicted-w.MeanPredicted) > 1e-6 { // the window keeps float32 predictions
+			t.Errorf("%s: calibration bin %d %+v, want %+v", what, i, c, w)
+		}
+	}
+}
+
 func checkMeasures(t *testing.T, what string, got Measures, events []obs) {
 	t.Helper()
 	want, same := brute(events)
+	checkDecisions(t, what, got, want)
 	if got.Count != want.Count || got.Positives != want.Positives {
 		t.Errorf("%s: count %d/%d, want %d/%d", what, got.Count, got.Positives, want.Count, want.Positives)
 	}
@@ -103,6 +170,8 @@ func TestProgressive(t *testing.T) {
 		{"perfect", 10, []obs{{0.9, true}, {0.1, false}, {0.8, true}, {0.2, false}}},
 		{"reversed", 10, []obs{{0.1, true}, {0.9, false}, {0.2, true}, {0.8, false}}},
 		{"ties at one half", 10, []obs{{0.5, true}, {0.5, false}, {0.5, false}}},
+		{"bin edges", 4, []obs{{0.7, true}, {0.3, false}, {0.1, true}, {1, true}, {0.5000001, false}, {0.6, true}, {0.9999, false}}},
+		{"no predicted positive", 10, []obs{{0.2, true}, {0.4, false}}},
 		{"extremes clamp the loss", 10, []obs{{0, true}, {1, false}, {1, true}, {0, false}}},
 		{"window shorter than run", 3, []obs{{0.9, true}, {0.2, true}, {0.4, false}, {0.6, false}, {0.7, true}, {0.3, false}, {0.1, true}}},
 		{"random 50, window 7", 7, random(50, 0.3)},
@@ -186,6 +255,22 @@ func TestProgressiveLongRunLoss(t *testing.T) {
 		ev = append(ev, obs{float64(i%97) / 97, i%2 == 0})
 	}
 	checkMeasures(t, "recent", p.Summary().Recent, ev)
+}
+
+// LastLoss is the log loss of the event just observed, across the
+// window's wrap.
+func TestProgressiveLastLoss(t *testing.T) {
+	p := NewProgressive(3)
+	if p.LastLoss() != 0 {
+		t.Fatalf("before any event: %v", p.LastLoss())
+	}
+	for i := range 7 {
+		prob := float64(i+1) / 10
+		p.Observe(prob, i%2 == 0)
+		if got, want := p.LastLoss(), logLoss(prob, i%2 == 0); math.Abs(got-want) > 1e-6 {
+			t.Fatalf("event %d: %v, want %v", i, got, want)
+		}
+	}
 }
 
 // CopyTo makes the same copy as Clone, into memory it reuses.

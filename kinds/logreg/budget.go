@@ -1,6 +1,8 @@
 package logreg
 
 import (
+	"strconv"
+
 	"github.com/mlstream/mlstream/learners"
 	"github.com/mlstream/mlstream/runtime"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +29,7 @@ const (
 	deltaSlots = 1 << 14
 	// progressiveBytes is one event of the progressive metrics' window,
 	// held twice per partition (its own and the published copy).
-	progressiveBytes = 8
+	progressiveBytes = 12
 )
 
 // memory is the model and the partitions' learners at their largest.
@@ -58,13 +60,17 @@ func memory(spec runtime.Spec, p *runtime.Params, withFT bool) (int64, string, e
 var (
 	versionDesc = prometheus.NewDesc("mlstream_model_version", "Version of the global model (merges applied).", []string{"job"}, nil)
 	skippedDesc = prometheus.NewDesc("mlstream_model_skipped_updates_total", "Updates the model refused because they would have made a weight or an optimizer accumulator infinite or NaN.", []string{"job"}, nil)
-	qualityDesc = prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss or auc; window is all or recent.", []string{"job", "metric", "window"}, nil)
+	qualityDesc = prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss, auc, or precision, recall or f1 at the decision threshold 0.5; window is all or recent.", []string{"job", "metric", "window"}, nil)
+	driftsDesc  = prometheus.NewDesc("mlstream_model_drifts_total", "Drifts the job's Page-Hinkley detectors found in the per-event log loss (all partitions).", []string{"job"}, nil)
+	calibDesc   = prometheus.NewDesc("mlstream_model_calibration", "Calibration table of the model: for the events predicted in [lo, hi), stat is count, mean_predicted or observed_rate (of positives); window is all or recent.", []string{"job", "window", "lo", "hi", "stat"}, nil)
 )
 
 func describe(ch chan<- *prometheus.Desc) {
 	ch <- versionDesc
 	ch <- skippedDesc
 	ch <- qualityDesc
+	ch <- calibDesc
+	ch <- driftsDesc
 }
 
 // Collect sends the model's version, skipped updates and progressive
@@ -73,15 +79,25 @@ func (j *logregJob) Collect(job string, ch chan<- prometheus.Metric) {
 	st := j.Status(false).(*Status)
 	ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, float64(st.Model.Version), job)
 	ch <- prometheus.MustNewConstMetric(skippedDesc, prometheus.CounterValue, float64(st.Model.Skipped), job)
-	m := st.Metrics
+	ch <- prometheus.MustNewConstMetric(driftsDesc, prometheus.CounterValue, float64(st.Drift.Drifts), job)
+	collectMeasures(job, "all", &st.Metrics.All, ch)
+	collectMeasures(job, "recent", &st.Metrics.Recent, ch)
+}
+
+func collectMeasures(job, win string, m *learners.Measures, ch chan<- prometheus.Metric) {
 	for _, w := range []struct {
 		name string
 		v    float64
-		win  string
 	}{
-		{"accuracy", m.All.Accuracy, "all"}, {"log_loss", m.All.LogLoss, "all"}, {"auc", m.All.AUC, "all"},
-		{"accuracy", m.Recent.Accuracy, "recent"}, {"log_loss", m.Recent.LogLoss, "recent"}, {"auc", m.Recent.AUC, "recent"},
+		{"accuracy", m.Accuracy}, {"log_loss", m.LogLoss}, {"auc", m.AUC},
+		{"precision", m.Precision}, {"recall", m.Recall}, {"f1", m.F1},
 	} {
-		ch <- prometheus.MustNewConstMetric(qualityDesc, prometheus.GaugeValue, w.v, job, w.name, w.win)
+		ch <- prometheus.MustNewConstMetric(qualityDesc, prometheus.GaugeValue, w.v, job, w.name, win)
+	}
+	for _, c := range m.Calibration {
+		lo, hi := strconv.FormatFloat(c.Lo, 'g', -1, 64), strconv.FormatFloat(c.Hi, 'g', -1, 64)
+		ch <- prometheus.MustNewConstMetric(calibDesc, prometheus.GaugeValue, float64(c.Count), job, win, lo, hi, "count")
+		ch <- prometheus.MustNewConstMetric(calibDesc, prometheus.GaugeValue, c.MeanPredicted, job, win, lo, hi, "mean_predicted")
+		ch <- prometheus.MustNewConstMetric(calibDesc, prometheus.GaugeValue, c.ObservedRate, job, win, lo, hi, "observed_rate")
 	}
 }

@@ -28,7 +28,7 @@ func init() {
 			Sheddable: func(r *runtime.Record) bool { return r.Label >= 0 },
 		},
 		Consistent: true,
-		Messages:   []string{TypePrediction},
+		Messages:   []string{TypePrediction, TypeDrift},
 		Describe:   describe,
 	})
 }
@@ -43,7 +43,7 @@ var (
 
 // logregJob is a job of kind logreg. Params: the learner's (hash_bits,
 // optimizer, alpha, beta, l1, l2, clip, normalize, adaptive, window),
-// names_slots (names.go) and the field names. Partitions merge at the end of each group of batches
+// names_slots (names.go), on_drift (drift.go) and the field names. Partitions merge at the end of each group of batches
 // (Operator.Coordinate), waiting for each other as the job's consistency
 // says (runtime.SyncClock).
 type logregJob struct {
@@ -72,6 +72,8 @@ type logregJob struct {
 	swap sync.RWMutex
 	// names maps slots to the feature names seen there (names.go).
 	names *nameDict
+	// drifts counts the drifts the partitions' detectors found (drift.go).
+	drifts drifts
 
 	mu struct {
 		sync.Mutex
@@ -120,6 +122,10 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 	if err != nil {
 		return nil, err
 	}
+	onDrift, err := readOnDrift(p)
+	if err != nil {
+		return nil, err
+	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		if pe, ok := err.(*learners.ParamError); ok {
@@ -132,8 +138,10 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 		return nil, err
 	}
 	staleness := map[string]int{runtime.ConsistencyAsync: math.MaxInt32, runtime.ConsistencyBSP: 0, runtime.ConsistencySSP: spec.Sync.Staleness}[spec.Sync.Consistency]
-	return &logregJob{name: spec.Name, fields: fields, model: model, window: cfg.Window, names: newNameDict(nameSlots),
-		consistency: spec.Sync.Consistency, clock: runtime.NewSyncClock(spec.Partitions, staleness)}, nil
+	j := &logregJob{name: spec.Name, fields: fields, model: model, window: cfg.Window, names: newNameDict(nameSlots),
+		consistency: spec.Sync.Consistency, clock: runtime.NewSyncClock(spec.Partitions, staleness)}
+	j.drifts.onDrift = onDrift
+	return j, nil
 }
 
 // Extract reads the key, event time, label and features.
@@ -156,7 +164,8 @@ func (j *logregJob) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.A
 }
 
 func (j *logregJob) NewPartition(index int, out runtime.Emitter) runtime.Operator {
-	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window), limit: math.MaxInt}
+	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window),
+		drift: learners.NewPageHinkley(), limit: math.MaxInt}
 	p.pub.snap = p.prog.Clone()
 	j.parts = append(j.parts, p)
 	j.merge.lastSeqs = append(j.merge.lastSeqs, 0)
@@ -179,6 +188,7 @@ type Status struct {
 	Consistency *runtime.ConsistencyStatus `json:"consistency,omitempty"`
 	Model       *learners.Snapshot         `json:"model,omitempty"`
 	Metrics     *learners.Metrics          `json:"metrics,omitempty"`
+	Drift       *DriftStatus               `json:"drift,omitempty"`
 }
 
 // StatusOf is a logreg job's section of its status, nil for another kind.
@@ -199,7 +209,7 @@ func (j *logregJob) Status(detail bool) any {
 	j.mu.Unlock()
 	snap.Version = j.model.Version()
 	m := j.metrics()
-	st := &Status{Model: &snap, Metrics: &m, Consistency: j.clock.Status(j.consistency)}
+	st := &Status{Model: &snap, Metrics: &m, Consistency: j.clock.Status(j.consistency), Drift: j.drifts.status()}
 	if j.consistency != runtime.ConsistencySSP {
 		st.Consistency.Staleness = 0
 	}
@@ -214,6 +224,7 @@ type logregPart struct {
 	out      runtime.Emitter
 	learner  *learners.Learner
 	prog     *learners.Progressive
+	drift    *learners.PageHinkley // on the log loss of prog's events
 	msg      []byte
 	lastSeq  uint64       // of the last record processed
 	limit    int          // merge after this many labelled events within a group: γ (fault tolerance)
@@ -252,6 +263,7 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 		if r.Label >= 0 {
 			prob = p.learner.Learn(r.Features, r.Label == 1)
 			p.prog.Observe(prob, r.Label == 1)
+			p.observeDrift(r)
 			if !logged {
 				p.unlogged++
 			}

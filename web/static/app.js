@@ -495,6 +495,7 @@ class JobView {
     set(e, "loss_all", fmt(all.log_loss));
     set(e, "auc_recent", fmt(rec.auc));
     set(e, "labelled", int(all.count));
+    this.decisions(e, all, rec, s.drift);
     const c = s.consistency && typeof s.consistency === "object" ? s.consistency : null;
     $(e, '[data-card="consistency"]').hidden = !c;
     if (c) {
@@ -515,6 +516,29 @@ class JobView {
       this.chart("acc").push(ts, rec.accuracy, all.accuracy);
       this.chart("loss").push(ts, rec.log_loss, all.log_loss);
     }
+  }
+
+  // decisions shows precision, recall and F1 at the threshold 0.5 and the
+  // drifts found; their cards are added here, once, beside the others.
+  decisions(e, all, rec, drift) {
+    const cards = [["prf_recent", "precision / recall / F1, recent"], ["prf_all", "precision / recall / F1, whole run"],
+      ["drifts", "drifts (Page-Hinkley, log loss)"]];
+    const before = $(e, '[data-card="consistency"]');
+    for (const [f, label] of cards) {
+      if ($(e, `[data-f="${f}"]`)) continue;
+      const card = document.createElement("div");
+      card.className = "card";
+      const b = document.createElement("b"), span = document.createElement("span");
+      b.dataset.f = f;
+      b.textContent = "–";
+      span.textContent = label;
+      card.append(b, span);
+      before.parentNode.insertBefore(card, before);
+    }
+    const prf = m => isNum(m.precision) ? `${fmt(m.precision, 2)} / ${fmt(m.recall, 2)} / ${fmt(m.f1, 2)}` : "–";
+    set(e, "prf_recent", prf(rec));
+    set(e, "prf_all", prf(all));
+    set(e, "drifts", drift && isNum(drift.drifts) ? int(drift.drifts) : "–");
   }
 
   predictions(msgs) {
