@@ -533,19 +533,35 @@ class JobView {
     const before = $(e, '[data-card="consistency"]');
     for (const [f, label] of cards) {
       if ($(e, `[data-f="${f}"]`)) continue;
-      const card = document.createElement("div");
-      card.className = "card";
-      const b = document.createElement("b"), span = document.createElement("span");
+      const card = el("div", "card"), b = el("b", "", "–");
       b.dataset.f = f;
-      b.textContent = "–";
-      span.textContent = label;
-      card.append(b, span);
+      card.append(b, el("span", "", label));
       before.parentNode.insertBefore(card, before);
     }
     const prf = m => isNum(m.precision) ? `${fmt(m.precision, 2)} / ${fmt(m.recall, 2)} / ${fmt(m.f1, 2)}` : "–";
     set(e, "prf_recent", prf(rec));
     set(e, "prf_all", prf(all));
     set(e, "drifts", drift && isNum(drift.drifts) ? int(drift.drifts) : "–");
+    this.calibration(e, rec);
+  }
+
+  // calibration is the recent window's table of predicted against
+  // observed rates, folded under the cards.
+  calibration(e, rec) {
+    let d = $(e, '[data-f="calibration"]');
+    if (!d) {
+      d = el("details");
+      d.dataset.f = "calibration";
+      const table = el("table");
+      table.append(el("thead"), el("tbody"));
+      table.tHead.append(row(["predicted p", "events", "mean predicted", "observed rate"], ["", "num", "num", "num"]));
+      d.append(el("summary", "", "calibration, recent window"), table);
+      const cards = $(e, ".cards");
+      cards.parentNode.insertBefore(d, cards.nextSibling);
+    }
+    const bins = Array.isArray(rec.calibration) ? rec.calibration : [];
+    fill($(d, "tbody"), bins.map(b => row([`${fmt(b.lo, 1)}–${fmt(b.hi, 1)}`, int(b.count),
+      b.count ? fmt(b.mean_predicted) : "–", b.count ? fmt(b.observed_rate) : "–"], ["", "num", "num", "num"])));
   }
 
   predictions(msgs) {
