@@ -555,7 +555,9 @@ class JobView {
       const table = el("table");
       table.append(el("thead"), el("tbody"));
       table.tHead.append(row(["predicted p", "events", "mean predicted", "observed rate"], ["", "num", "num", "num"]));
-      d.append(el("summary", "", "calibration, recent window"), table);
+      const scroll = el("div", "scroll"); // narrow screens scroll the table, not the page
+      scroll.append(table);
+      d.append(el("summary", "", "calibration, recent window"), scroll);
       const cards = $(e, ".cards");
       cards.parentNode.insertBefore(d, cards.nextSibling);
     }
