@@ -256,6 +256,8 @@ class Chart {
       series: [{ label: "time", value: (u, v, si, idx) => { v = last(0)(u, v, si, idx); return v === null ? "no data yet" : hhmmss(v); } },
         ...this.series.map((s, i) => ({
           label: s.label, scale: s.scale || "y", stroke: s.color || COLORS[i], width: 2, dash: s.dash, spanGaps: false,
+          // A markers-only series (drifts): no line, a dot at each value.
+          ...(s.markers ? { paths: () => null, points: { show: true, size: 9, fill: s.color || COLORS[i] } } : {}),
           value: (u, v, si, idx) => { v = last(i + 1)(u, v, si, idx); return v === null ? "–" : ((this.scales[s.scale || "y"] || {}).fmt || sig)(v); },
         }))],
       axes,
@@ -316,7 +318,8 @@ class JobView {
       rate: () => new Chart(box, [{ label: "events/s" }, { label: "queued", scale: "q" }],
         { y: { ...n, label: "events/s", fmt: sig }, q: { ...n, whole: true, label: "queued events", fmt: int } }),
       lat: () => new Chart(box, [{ label: "p50" }, { label: "p99", color: "#b91c1c" }], { y: { ...n, label: "latency, ms", fmt: x => sig(x) + " ms" } }),
-      acc: () => new Chart(box, [{ label: "recent" }, { label: "whole run", dash: [5, 4] }], { y: { ticks: "num", fixed: [0, 1], label: "accuracy", fmt: x => fmt(x, 3) } }),
+      acc: () => new Chart(box, [{ label: "recent" }, { label: "whole run", dash: [5, 4] }, { label: "drift", markers: true, color: "#b91c1c" }],
+        { y: { ticks: "num", fixed: [0, 1], label: "accuracy", fmt: x => fmt(x, 3) } }),
       loss: () => new Chart(box, [{ label: "recent" }, { label: "whole run", dash: [5, 4] }], { y: { ...n, label: "log loss", fmt: x => fmt(x, 3) } }),
       distinct: () => new Chart(box, [{ label: "estimate" }, { label: "lower", dash: [3, 3] }, { label: "upper", dash: [3, 3] }],
         { y: { ticks: "num", whole: true, label: "distinct values", fmt: int } }),
@@ -513,7 +516,11 @@ class JobView {
       set(e, "consistency_note", note + spread + waits);
     }
     if (chart && s.metrics) {
-      this.chart("acc").push(ts, rec.accuracy, all.accuracy);
+      // A drift found since the last point is marked on the recent curve.
+      const drifts = s.drift && isNum(s.drift.drifts) ? s.drift.drifts : 0;
+      const drifted = isNum(this.lastDrifts) && drifts > this.lastDrifts;
+      this.lastDrifts = drifts;
+      this.chart("acc").push(ts, rec.accuracy, all.accuracy, drifted ? rec.accuracy : null);
       this.chart("loss").push(ts, rec.log_loss, all.log_loss);
     }
   }
@@ -526,19 +533,37 @@ class JobView {
     const before = $(e, '[data-card="consistency"]');
     for (const [f, label] of cards) {
       if ($(e, `[data-f="${f}"]`)) continue;
-      const card = document.createElement("div");
-      card.className = "card";
-      const b = document.createElement("b"), span = document.createElement("span");
+      const card = el("div", "card"), b = el("b", "", "–");
       b.dataset.f = f;
-      b.textContent = "–";
-      span.textContent = label;
-      card.append(b, span);
+      card.append(b, el("span", "", label));
       before.parentNode.insertBefore(card, before);
     }
     const prf = m => isNum(m.precision) ? `${fmt(m.precision, 2)} / ${fmt(m.recall, 2)} / ${fmt(m.f1, 2)}` : "–";
     set(e, "prf_recent", prf(rec));
     set(e, "prf_all", prf(all));
     set(e, "drifts", drift && isNum(drift.drifts) ? int(drift.drifts) : "–");
+    this.calibration(e, rec);
+  }
+
+  // calibration is the recent window's table of predicted against
+  // observed rates, folded under the cards.
+  calibration(e, rec) {
+    let d = $(e, '[data-f="calibration"]');
+    if (!d) {
+      d = el("details");
+      d.dataset.f = "calibration";
+      const table = el("table");
+      table.append(el("thead"), el("tbody"));
+      table.tHead.append(row(["predicted p", "events", "mean predicted", "observed rate"], ["", "num", "num", "num"]));
+      const scroll = el("div", "scroll"); // narrow screens scroll the table, not the page
+      scroll.append(table);
+      d.append(el("summary", "", "calibration, recent window"), scroll);
+      const cards = $(e, ".cards");
+      cards.parentNode.insertBefore(d, cards.nextSibling);
+    }
+    const bins = Array.isArray(rec.calibration) ? rec.calibration : [];
+    fill($(d, "tbody"), bins.map(b => row([`${fmt(b.lo, 1)}–${fmt(b.hi, 1)}`, int(b.count),
+      b.count ? fmt(b.mean_predicted) : "–", b.count ? fmt(b.observed_rate) : "–"], ["", "num", "num", "num"])));
   }
 
   predictions(msgs) {
