@@ -25,6 +25,7 @@ const (
 	TypeDistinct   = "distinct"   // a distinct job's count changed
 	TypeMatch      = "match"      // a join found a pair
 	TypeJoin       = "join"       // a join's statistics and estimates, every second
+	TypeDrift      = "drift"      // a logreg partition's drift detector fired
 )
 
 // feedQuiet is how long a feed may stay silent, pings included, before the
@@ -93,6 +94,18 @@ type BackupMessage struct {
 	Partition *int `json:"partition,omitempty"`
 }
 
+// DriftMessage is a drift message: a partition's Page-Hinkley detector saw
+// its per-event log loss rise. Seq is the event that completed the drift,
+// Events how many labelled events the partition had validated then, Drifts
+// the job's drift count including this one.
+type DriftMessage struct {
+	Partition int    `json:"partition"`
+	Seq       uint64 `json:"seq"`
+	Events    int64  `json:"events"`
+	Drifts    int64  `json:"drifts"`
+	OnDrift   string `json:"on_drift"`
+}
+
 // Recovery is how a job came back from its backups (recovery messages).
 type Recovery struct {
 	Job      string    `json:"job"`
@@ -141,6 +154,11 @@ func (m Message) Distinct() (Distinct, error) {
 
 // Match decodes a match message.
 func (m Message) Match() (Match, error) { return decodeMessage[Match](m, TypeMatch, TypeMatch) }
+
+// Drift decodes a drift message.
+func (m Message) Drift() (DriftMessage, error) {
+	return decodeMessage[DriftMessage](m, TypeDrift, "")
+}
 
 // Join decodes a join message.
 func (m Message) Join() (Matches, error) { return decodeMessage[Matches](m, TypeJoin, TypeJoin) }
