@@ -295,15 +295,9 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Error: err.Error()})
 		return
 	}
-	buf, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	if err != nil {
-		s.decodeError(w, err)
-		return
-	}
-	defer releaseBody(buf)
 	// The version before predicting: the predictions saw at least it.
 	resp := predictResponse{Job: job.Name(), ModelVersion: pr.Version()}
-	_, err = decodeEvents(buf.Bytes(), r.Header.Get("Content-Type"), s.cfg.MaxEventBytes, func(v *fastjson.Value, line int) error {
+	ok = s.eachEvent(w, r, func(v *fastjson.Value, line int) error {
 		p, err := pr.Predict(v, line)
 		if err != nil {
 			return err
@@ -311,9 +305,26 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		resp.Predictions = append(resp.Predictions, p)
 		return nil
 	})
-	if err != nil {
-		s.decodeError(w, err)
+	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// eachEvent reads the request body and calls fn with each of its events,
+// in order; a bad body, or an error of fn, is answered here and eachEvent
+// returns false. For routes that take events and answer per event
+// (predict, explain).
+func (s *Server) eachEvent(w http.ResponseWriter, r *http.Request, fn func(v *fastjson.Value, line int) error) bool {
+	buf, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		s.decodeError(w, err)
+		return false
+	}
+	defer releaseBody(buf)
+	if _, err := decodeEvents(buf.Bytes(), r.Header.Get("Content-Type"), s.cfg.MaxEventBytes, fn); err != nil {
+		s.decodeError(w, err)
+		return false
+	}
+	return true
 }

@@ -111,23 +111,16 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Error: err.Error()})
 		return
 	}
-	buf, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	if err != nil {
-		s.decodeError(w, err)
-		return
-	}
-	defer releaseBody(buf)
 	resp := explainResponse{Job: j.Name(), Explanations: []any{}}
 	if pr, err := j.Predictor(); err == nil {
 		resp.ModelVersion = pr.Version()
 	}
-	_, err = decodeEvents(buf.Bytes(), r.Header.Get("Content-Type"), s.cfg.MaxEventBytes, func(v *fastjson.Value, line int) error {
+	ok = s.eachEvent(w, r, func(v *fastjson.Value, line int) error {
 		e, err := ex.Explain(v, line)
 		resp.Explanations = append(resp.Explanations, e)
 		return err
 	})
-	if err != nil {
-		s.decodeError(w, err)
+	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
