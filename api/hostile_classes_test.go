@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
@@ -92,7 +91,7 @@ func (ts *testServer) send(method, path, token, ctype, body string) (int, map[st
 	default:
 		ts.token = token
 	}
-	code, _, out := ts.do(method, path, ctype, bytes.NewBufferString(body).Bytes())
+	code, _, out := ts.do(method, path, ctype, []byte(body))
 	if out == nil {
 		out = map[string]any{}
 	}

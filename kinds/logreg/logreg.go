@@ -157,7 +157,7 @@ func (j *logregJob) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.A
 		return err
 	}
 	rec.Features, err = a.Features(v, j.fields.Features)
-	if err == nil {
+	if err == nil && j.names.sample() {
 		j.names.observe(v.Get(j.fields.Features), rec.Features, j.model)
 	}
 	return err

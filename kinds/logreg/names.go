@@ -53,13 +53,14 @@ type nameDict struct {
 
 func newNameDict(limit int) *nameDict { return &nameDict{limit: limit, slots: map[int]*slotNames{}} }
 
-// observe records the names of one event's features in one event of
-// namesEvery. f is the event's features field, feats what the engine
-// hashed from it.
+// sample says whether this event's names are to be observed: one event in
+// namesEvery, none without a dictionary. Asked first, so that the other
+// events do not look their features field up a second time.
+func (d *nameDict) sample() bool { return d.limit != 0 && sampled(d.events.Add(1)) }
+
+// observe records the names of one sampled event's features. f is the
+// event's features field, feats what the engine hashed from it.
 func (d *nameDict) observe(f *fastjson.Value, feats []learners.Feature, m *learners.Model) {
-	if d.limit == 0 || !sampled(d.events.Add(1)) {
-		return
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.buf, d.ends = appendFeatureNames(d.buf[:0], d.ends[:0], f)
