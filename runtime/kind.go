@@ -168,6 +168,28 @@ type (
 	Unacking interface {
 		Unacked(partition int) int64
 	}
+	// Sharing is a kind whose partitions fold into one global state (a
+	// model) by additive deltas. In cluster mode its partitions run on
+	// several nodes: each partition's merge hands its delta to send
+	// instead of folding it in, the cluster puts every delta of the job in
+	// one order (a JetStream stream), and every node applies all of them
+	// in that order with ApplyDelta, so every node holds the same global
+	// state at the same version.
+	Sharing interface {
+		// ShareDeltas switches the job to shared deltas; called once,
+		// before the partitions start. send is called on the partition's
+		// goroutine with the updates merged since its previous send and
+		// the sequence number of the last event they hold; it returns an
+		// error when the delta could not be made durable (the partition is
+		// being fenced off or the cluster is down), and the kind then
+		// keeps nothing of it: the events are replayed by whoever owns the
+		// partition next.
+		ShareDeltas(send func(partition int, lastSeq uint64, delta []byte) error)
+		// ApplyDelta folds one delta into the global state; version is its
+		// position in the cluster's order and becomes the state's version.
+		// Called from one goroutine at a time.
+		ApplyDelta(delta []byte, version uint64) error
+	}
 )
 
 // Predicted is one answer of a Predictor.
