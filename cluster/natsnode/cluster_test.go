@@ -1,0 +1,95 @@
+package natsnode
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// startCluster starts n embedded nodes clustered on loopback, concurrently: a clustered node
+// cannot get a meta leader alone.
+func startCluster(t *testing.T, ctx context.Context, n int) []*Node {
+	t.Helper()
+	peers := make([]string, n)
+	for i := range peers {
+		peers[i] = freeAddr(t)
+	}
+	nodes := make([]*Node, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() {
+			nodes[i], errs[i] = Start(ctx, Config{
+				Name: "n" + string(rune('1'+i)), Dir: t.TempDir(), ClusterAddr: peers[i], Peers: peers, Logger: testLogger(),
+			})
+		})
+	}
+	wg.Wait()
+	for _, node := range nodes {
+		if node != nil {
+			t.Cleanup(func() { node.Close() })
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Start n%d: %v", i+1, err)
+		}
+	}
+	return nodes
+}
+
+func TestThreeNodeCluster(t *testing.T) {
+	ctx := testCtx(t, 40*time.Second)
+	nodes := startCluster(t, ctx, 3)
+	for _, n := range nodes {
+		if got := n.ClusterSize(); got != 3 {
+			t.Errorf("%s: ClusterSize = %d, want 3", n.Name(), got)
+		}
+	}
+
+	var kv jetstream.KeyValue
+	err := RetryEach(ctx, 2*time.Second, func(ctx context.Context) (err error) {
+		kv, err = nodes[0].JetStream().CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "r3", Replicas: 3})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("create R3 bucket: %v", err)
+	}
+	if _, err := kv.Put(ctx, "k", []byte("from n1")); err != nil {
+		t.Fatal(err)
+	}
+	assertKV(t, ctx, nodes[2].JetStream(), "r3", "k", "from n1")
+
+	// Whoever led the bucket or the meta group, two of three still make a quorum.
+	if err := nodes[0].Close(); err != nil {
+		t.Fatalf("Close n1: %v", err)
+	}
+	err = RetryEach(ctx, 2*time.Second, func(ctx context.Context) error {
+		kv, err := nodes[1].JetStream().KeyValue(ctx, "r3")
+		if err != nil {
+			return err
+		}
+		_, err = kv.Put(ctx, "k", []byte("after n1 left"))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("R3 put with one node gone: %v", err)
+	}
+	err = RetryEach(ctx, 2*time.Second, func(ctx context.Context) error {
+		kv, err := nodes[2].JetStream().KeyValue(ctx, "r3")
+		if err != nil {
+			return err
+		}
+		e, err := kv.Get(ctx, "k")
+		if err == nil && string(e.Value()) != "after n1 left" {
+			t.Fatalf("n3 reads %q", e.Value())
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("read on n3: %v", err)
+	}
+}

@@ -1,0 +1,227 @@
+package natsnode
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"unicode"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// ClusterName is the NATS cluster name every embedded mlstream node uses; routes only join
+// servers with the same cluster name.
+const ClusterName = "mlstream"
+
+// Defaults for the zero values of Config's limits.
+const (
+	DefaultMaxMemory  int64 = 256 << 20 // JetStream memory store
+	DefaultMaxStore   int64 = 8 << 30   // JetStream file store
+	DefaultMaxPayload int32 = 8 << 20   // largest message
+)
+
+// Config describes an embedded node.
+type Config struct {
+	Name        string   // server_name; unique in the cluster; required
+	Dir         string   // JetStream store dir (data under Dir); required for embedded
+	ClusterAddr string   // host:port this node's route listener binds; "" = a single embedded server with no cluster
+	Peers       []string // host:port of the peers' route listeners (may include our own; ignored)
+	ClientAddr  string   // host:port for NATS clients to connect (other tools); "" = in-process only (DontListen)
+	MaxMemory   int64    // JetStream memory store limit (default 256 MiB)
+	MaxStore    int64    // JetStream file store limit (default 8 GiB)
+	MaxPayload  int32    // max message size (default 8 MiB)
+	SyncAlways  bool     // fsync every write (default: the server's 2-minute sync interval)
+	Logger      *slog.Logger
+}
+
+// withDefaults validates cfg and fills the zero values.
+func (cfg Config) withDefaults() (Config, error) {
+	if err := checkName(cfg.Name); err != nil {
+		return cfg, err
+	}
+	if cfg.Dir == "" {
+		return cfg, errors.New("natsnode: Dir (the JetStream store directory) is required")
+	}
+	if err := cfg.checkLimits(); err != nil {
+		return cfg, err
+	}
+	if err := cfg.checkAddrs(); err != nil {
+		return cfg, err
+	}
+	cfg.MaxMemory = orDefault(cfg.MaxMemory, DefaultMaxMemory)
+	cfg.MaxStore = orDefault(cfg.MaxStore, DefaultMaxStore)
+	cfg.MaxPayload = orDefault(cfg.MaxPayload, DefaultMaxPayload)
+	cfg.Peers = dedupe(cfg.Peers)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg, nil
+}
+
+func checkName(name string) error {
+	if name == "" {
+		return errors.New("natsnode: Name is required")
+	}
+	if strings.IndexFunc(name, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0 {
+		return fmt.Errorf("natsnode: Name %q must not contain spaces or control characters", name)
+	}
+	return nil
+}
+
+func (cfg Config) checkLimits() error {
+	if cfg.MaxMemory < 0 || cfg.MaxStore < 0 || cfg.MaxPayload < 0 {
+		return fmt.Errorf("natsnode: negative limit (MaxMemory %d, MaxStore %d, MaxPayload %d)",
+			cfg.MaxMemory, cfg.MaxStore, cfg.MaxPayload)
+	}
+	return nil
+}
+
+func (cfg Config) checkAddrs() error {
+	if err := checkHostPort("ClientAddr", cfg.ClientAddr); err != nil {
+		return err
+	}
+	if err := checkHostPort("ClusterAddr", cfg.ClusterAddr); err != nil {
+		return err
+	}
+	if cfg.ClusterAddr == "" {
+		if len(cfg.Peers) > 0 {
+			return errors.New("natsnode: Peers given without ClusterAddr")
+		}
+		return nil
+	}
+	others := 0
+	for _, p := range cfg.Peers {
+		if p == "" {
+			return errors.New("natsnode: empty entry in Peers")
+		}
+		if err := checkHostPort("Peers", p); err != nil {
+			return err
+		}
+		if p != cfg.ClusterAddr {
+			others++
+		}
+	}
+	if others == 0 {
+		// A clustered JetStream expects at least two members and would wait forever for a
+		// meta leader.
+		return fmt.Errorf("natsnode: ClusterAddr %s set but Peers names no other node; leave ClusterAddr empty for a single node", cfg.ClusterAddr)
+	}
+	return nil
+}
+
+func checkHostPort(field, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("natsnode: %s %q: want host:port: %w", field, addr, err)
+	}
+	return nil
+}
+
+func orDefault[T int32 | int64](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// dedupe drops repeated peers: each route counts towards the size the JetStream meta group
+// expects, so a repeated peer would make a quorum unreachable.
+func dedupe(peers []string) []string {
+	seen := make(map[string]bool, len(peers))
+	out := make([]string, 0, len(peers))
+	for _, p := range peers {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// serverOptions builds the nats-server options for cfg (already defaulted) from config text,
+// then sets what the config language cannot say. token is the client token of the private
+// listener a clustered node without ClientAddr needs (see clientListener).
+func serverOptions(cfg Config, token string) (*server.Options, error) {
+	text := configText(cfg, token)
+	opts := &server.Options{}
+	if err := opts.ProcessConfigString(text); err != nil {
+		return nil, fmt.Errorf("natsnode: server config: %w\n%s", err, text)
+	}
+	opts.NoSigs = true // the host process owns the signals
+	opts.DontListen = cfg.ClientAddr == "" && cfg.ClusterAddr == ""
+	return opts, nil
+}
+
+// needsPrivateListener tells whether the node must listen for clients although the operator
+// asked for none: nats-server 2.15 starts its routes only after its client listener is up, and
+// with DontListen that never happens, so a clustered DontListen server never forms a cluster.
+func (cfg Config) needsPrivateListener() bool {
+	return cfg.ClientAddr == "" && cfg.ClusterAddr != ""
+}
+
+// configText renders cfg as nats-server configuration.
+func configText(cfg Config, token string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "server_name: %s\n", quote(cfg.Name))
+	fmt.Fprintf(&b, "max_payload: %d\n", cfg.MaxPayload)
+	writeClientListener(&b, cfg, token)
+	b.WriteString("jetstream {\n")
+	fmt.Fprintf(&b, "  store_dir: %s\n", quote(cfg.Dir))
+	fmt.Fprintf(&b, "  max_memory_store: %d\n", cfg.MaxMemory)
+	fmt.Fprintf(&b, "  max_file_store: %d\n", cfg.MaxStore)
+	if cfg.SyncAlways {
+		b.WriteString("  sync_interval: always\n")
+	}
+	b.WriteString("}\n")
+	if cfg.ClusterAddr != "" {
+		b.WriteString("cluster {\n")
+		fmt.Fprintf(&b, "  name: %s\n", quote(ClusterName))
+		fmt.Fprintf(&b, "  listen: %s\n", quote(cfg.ClusterAddr))
+		if cfg.needsPrivateListener() {
+			b.WriteString("  no_advertise: true\n") // peers' clients must not learn the private address
+		}
+		b.WriteString("  routes: [\n")
+		for _, p := range cfg.Peers {
+			fmt.Fprintf(&b, "    %s\n", quote("nats-route://"+p))
+		}
+		b.WriteString("  ]\n}\n")
+	}
+	return b.String()
+}
+
+// writeClientListener configures the client listener: the operator's ClientAddr, or, when a
+// clustered node needs one anyway, a private one on a random loopback port that only clients
+// knowing token (the node itself) may use.
+func writeClientListener(b *strings.Builder, cfg Config, token string) {
+	switch {
+	case cfg.ClientAddr != "":
+		fmt.Fprintf(b, "listen: %s\n", quote(cfg.ClientAddr))
+	case cfg.needsPrivateListener():
+		b.WriteString("host: \"127.0.0.1\"\nport: -1\n")
+		fmt.Fprintf(b, "authorization { token: %s }\n", quote(token))
+	}
+}
+
+// quote writes s as a double-quoted string of the nats config language, which knows only the
+// escapes \t \n \r \" \\ and \xXX.
+func quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

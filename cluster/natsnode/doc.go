@@ -1,0 +1,33 @@
+// Package natsnode gives mlstream its NATS: either an embedded nats-server with JetStream
+// running inside the mlstream process (alone, or clustered with peer mlstream processes over
+// NATS routes), or a connection to an existing NATS deployment. Either way the rest of the code
+// gets a *nats.Conn and a jetstream.JetStream and does not care which.
+//
+// The package handles the traps found while measuring nats-server 2.15 embedded:
+//
+//   - Options are built from configuration text (Options.ProcessConfigString), not filled by
+//     hand: hand-filled Options miss defaults that config processing sets, and a stream lost
+//     its leader after a restart that way (nats-server issue #6890).
+//   - JetStream's memory and file limits are always explicit; the server's default is 75% of
+//     the machine's RAM and disk.
+//   - A clustered JetStream needs a cluster name and routes, and its meta group's expected size
+//     is taken from the number of routes. Peers are therefore passed through as given (the list
+//     may include this node: the server ignores a route to itself), duplicates are dropped (a
+//     duplicate would inflate the expected size so that no quorum can ever form), and a
+//     cluster address without any other peer is refused (a lone clustered node never elects a
+//     meta leader).
+//   - "Ready for connections" is not "JetStream ready": in a cluster, API calls fail with
+//     "JetStream system temporarily unavailable" (10008), or get no answer at all, until a meta
+//     leader exists. Start and Connect return only once JetStream answers an account-info
+//     request, which only the meta leader serves. Each readiness probe has its own short
+//     deadline, because an unanswered request would otherwise wait out the caller's whole
+//     context.
+//   - Leader elections after a node leaves take seconds (Raft timeouts, not options); Retry and
+//     Transient let callers ride them out without retrying real failures.
+//   - The server's own log is adapted to slog: its informational lines go to Debug, warnings and
+//     errors keep their level, and a fatal message (which would exit a stand-alone server, for
+//     example when a port is taken) fails Start instead of leaving a half-started server.
+//   - Close drains the connection before shutting the server down and waits for the shutdown to
+//     finish; a server abandoned mid-write can corrupt its JetStream store.
+//   - Connections reconnect forever: an mlstream node must never silently lose its NATS.
+package natsnode
