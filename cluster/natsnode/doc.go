@@ -16,6 +16,12 @@
 //     duplicate would inflate the expected size so that no quorum can ever form), and a
 //     cluster address without any other peer is refused (a lone clustered node never elects a
 //     meta leader).
+//   - nats-server 2.15 starts its routes only once its client listener is up, which never happens
+//     with DontListen: a clustered DontListen server never forms a cluster (and its Shutdown
+//     hangs). A clustered node without ClientAddr therefore listens on a random loopback port,
+//     locked with a random token that only its own in-process connection knows, and not
+//     advertised to other servers' clients. A single node without ClientAddr really does not
+//     listen.
 //   - "Ready for connections" is not "JetStream ready": in a cluster, API calls fail with
 //     "JetStream system temporarily unavailable" (10008), or get no answer at all, until a meta
 //     leader exists. Start and Connect return only once JetStream answers an account-info
