@@ -89,9 +89,9 @@ func (r *recorder) Lost(key string) { r.j.add(event{r.node, "lost", key, 0}) }
 // testCluster is one embedded nats-server with JetStream and Managers on
 // their own connections playing the nodes.
 type testCluster struct {
-	t    *testing.T
-	s    *server.Server
-	j    *journal
+	t *testing.T
+	s *server.Server
+	j *journal
 
 	mu         sync.Mutex
 	keys       []string

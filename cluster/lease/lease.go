@@ -153,6 +153,8 @@ type Manager struct {
 	// kicks ask a loop to run now; one pending kick is enough.
 	kickReconcile, kickWriter chan struct{}
 
+	hbMu sync.Mutex // a heartbeat Put and the Delete of Close do not cross
+
 	mu       sync.Mutex
 	keys     []string // sorted
 	nodes    *view
@@ -342,9 +344,10 @@ func cmpString(a, b string) int {
 // TTL is the lease TTL in force (the bucket's).
 func (m *Manager) TTL() time.Duration { return m.ttl }
 
-// Close leaves gracefully: every held key is released (Handler.Release, then
-// the lease is deleted), then the heartbeat is deleted so that the others
-// notice at once. If ctx ends first, Close stops like Abort.
+// Close leaves gracefully: it deletes the heartbeat (so the others stop
+// counting this node and pick the keys' next owners), then releases every
+// held key (Handler.Release, then the lease is deleted, and the next owner
+// creates it at once). If ctx ends first, Close stops like Abort.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.stopped || m.closing {
@@ -354,6 +357,10 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.closing = true
 	m.noteDrainedLocked()
 	m.mu.Unlock()
+	if err := m.deleteHeartbeat(ctx); err != nil {
+		m.Abort()
+		return fmt.Errorf("lease: close: deleting heartbeat: %w", err)
+	}
 	kick(m.kickReconcile)
 	select {
 	case <-m.drained:
@@ -362,13 +369,18 @@ func (m *Manager) Close(ctx context.Context) error {
 		return fmt.Errorf("lease: close: releasing keys: %w", ctx.Err())
 	}
 	m.stop()
+	return nil
+}
+
+// deleteHeartbeat waits for a heartbeat in flight (which would undo the
+// delete) and deletes this node's key; closing keeps further ones off.
+func (m *Manager) deleteHeartbeat(ctx context.Context) error {
+	m.hbMu.Lock()
+	defer m.hbMu.Unlock()
 	_, err := retry(ctx, setupCallTimeout, func(c context.Context) (struct{}, error) {
 		return struct{}{}, m.nodesKV.Delete(c, m.cfg.Node)
 	})
-	if err != nil {
-		return fmt.Errorf("lease: close: deleting heartbeat: %w", err)
-	}
-	return nil
+	return err
 }
 
 // Abort stops without releasing, as a crash would: no more heartbeats,

@@ -12,7 +12,7 @@ import (
 )
 
 func (m *Manager) startLoops() {
-	m.every(m.ttl/3, nil, func() { _, _ = m.putHeartbeat(m.ctx) })
+	m.every(m.ttl/3, nil, m.heartbeat)
 	m.every(m.ttl/3, m.kickWriter, m.writeLeases)
 	m.every(m.ttl/3, m.kickReconcile, m.reconcile)
 	m.every(m.ttl/2, nil, m.relist)
@@ -59,6 +59,18 @@ func (m *Manager) waitUnpaused() bool {
 // reply cannot delay the next renewal past the TTL.
 func (m *Manager) callCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(m.ctx, m.ttl/3)
+}
+
+// heartbeat puts this node's heartbeat unless it is leaving.
+func (m *Manager) heartbeat() {
+	m.hbMu.Lock()
+	defer m.hbMu.Unlock()
+	m.mu.Lock()
+	closing := m.closing
+	m.mu.Unlock()
+	if !closing {
+		_, _ = m.putHeartbeat(m.ctx)
+	}
 }
 
 func (m *Manager) putHeartbeat(ctx context.Context) (uint64, error) {
@@ -220,6 +232,7 @@ func (m *Manager) plan() plan {
 		live = append(live, n)
 	}
 	desired := Assign(m.keys, live)
+	m.loseExpiredLocked(now)
 	m.startReleasesLocked(desired)
 	p := plan{stale: make(map[string]uint64)}
 	if m.closing {
@@ -238,6 +251,17 @@ func (m *Manager) plan() plan {
 		p.acquire = append(p.acquire, k)
 	}
 	return p
+}
+
+// loseExpiredLocked gives up the leases not renewed within the TTL (this
+// node was paused, or JetStream unreachable): another node may hold them
+// already, so they cannot be released, only lost.
+func (m *Manager) loseExpiredLocked(now time.Time) {
+	for k, hk := range m.held {
+		if !now.Before(hk.validUntil) {
+			m.loseLocked(k, hk.token, "not renewed within the TTL")
+		}
+	}
 }
 
 // startReleasesLocked releases every held key that nobody should own now,
