@@ -125,6 +125,11 @@ func newTestCluster(t *testing.T, keys []string) *testCluster {
 // add starts a node named name holding the cluster's keys.
 func (c *testCluster) add(name string) *Manager {
 	c.t.Helper()
+	return c.addWithTTL(name, testTTL)
+}
+
+func (c *testCluster) addWithTTL(name string, ttl time.Duration) *Manager {
+	c.t.Helper()
 	nc, err := nats.Connect(c.s.ClientURL())
 	if err != nil {
 		c.t.Fatal(err)
@@ -142,7 +147,7 @@ func (c *testCluster) add(name string) *Manager {
 	if testing.Verbose() {
 		log = slog.Default()
 	}
-	m, err = New(ctx, Config{Node: name, Addr: "http://" + name, JS: js, TTL: testTTL, Logger: log}, rec)
+	m, err = New(ctx, Config{Node: name, Addr: "http://" + name, JS: js, TTL: ttl, Logger: log}, rec)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -208,21 +213,28 @@ func (c *testCluster) managers() map[string]*Manager {
 
 // watchOverlaps checks, every millisecond of the test, that no two nodes
 // hold a key at once: when two nodes list a key, the older lease's validity
-// must have ended before the newer one was created.
+// must have ended before the newer one was created. It also checks every
+// node's Owned against the bucket (read first: a key the bucket shows held
+// by a newer lease must not be Owned under an older one afterwards).
 func (c *testCluster) watchOverlaps() {
+	kv := c.bucketReader()
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
 		t := time.NewTicker(time.Millisecond)
 		defer t.Stop()
-		for {
+		for i := 0; ; i++ {
 			select {
 			case <-done:
 				return
 			case <-t.C:
 			}
-			if v := overlaps(c.managers()); v != "" {
+			v := overlaps(c.managers())
+			if v == "" && i%10 == 0 {
+				v = c.ownedAgainstBucket(kv)
+			}
+			if v != "" {
 				c.mu.Lock()
 				c.violations = append(c.violations, v)
 				c.mu.Unlock()
@@ -238,6 +250,50 @@ func (c *testCluster) watchOverlaps() {
 			c.t.Error(v)
 		}
 	})
+}
+
+// bucketReader opens mls_leases on a connection of the test's own.
+func (c *testCluster) bucketReader() jetstream.KeyValue {
+	c.t.Helper()
+	nc, err := nats.Connect(c.s.ClientURL())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: LeasesBucket, History: 1, TTL: testTTL})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return kv
+}
+
+func (c *testCluster) ownedAgainstBucket(kv jetstream.KeyValue) string {
+	ms := c.managers()
+	inBucket := make(map[string]leaseValue)
+	for _, k := range c.currentKeys() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		e, err := kv.Get(ctx, k)
+		cancel()
+		if err == nil {
+			inBucket[k] = decodeLease(entry{rev: e.Revision(), value: e.Value()})
+		}
+	}
+	for name, m := range ms {
+		for k, tok := range m.Owned() {
+			v, ok := inBucket[k]
+			// A lease newer than this node's (a larger token) was already
+			// there: this node's validity must have ended. (A smaller one
+			// is the previous owner's: this node took over since the read.)
+			if ok && ms[v.Node] != nil && (v.Token > tok || v.Token == tok && v.Node != name) {
+				return fmt.Sprintf("%s lists %s (token %d) as owned after the bucket showed it held by %s (token %d)", name, k, tok, v.Node, v.Token)
+			}
+		}
+	}
+	return ""
 }
 
 type holding struct {

@@ -189,7 +189,6 @@ func New(ctx context.Context, cfg Config, h Handler) (*Manager, error) {
 	if err := m.openBuckets(ctx); err != nil {
 		return nil, err
 	}
-	m.nodes, m.leases = newView(m.ttl), newView(m.ttl)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if _, err := retry(ctx, setupCallTimeout, m.putHeartbeat); err != nil {
 		m.cancel()
@@ -228,18 +227,24 @@ func (c *Config) fill() error {
 }
 
 // openBuckets creates the buckets, or opens them when another node did.
-// The TTL that counts is the bucket's: a node started with another TTL
-// follows it (renewing in time) and logs the mismatch.
+// The TTLs that count are the buckets': a node started with another TTL
+// follows them (renewing in time) and logs the mismatch. m.ttl, which paces
+// heartbeats and renewals, is the shorter of the two.
 func (m *Manager) openBuckets(ctx context.Context) error {
 	var err error
-	if m.nodesKV, err = m.openBucket(ctx, NodesBucket); err != nil {
+	var nodesTTL, leasesTTL time.Duration
+	if m.nodesKV, nodesTTL, err = m.openBucket(ctx, NodesBucket); err != nil {
 		return err
 	}
-	m.leasesKV, err = m.openBucket(ctx, LeasesBucket)
-	return err
+	if m.leasesKV, leasesTTL, err = m.openBucket(ctx, LeasesBucket); err != nil {
+		return err
+	}
+	m.nodes, m.leases = newView(nodesTTL), newView(leasesTTL)
+	m.ttl = min(nodesTTL, leasesTTL)
+	return nil
 }
 
-func (m *Manager) openBucket(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+func (m *Manager) openBucket(ctx context.Context, bucket string) (jetstream.KeyValue, time.Duration, error) {
 	kvCfg := jetstream.KeyValueConfig{Bucket: bucket, History: 1, TTL: m.cfg.TTL, Replicas: m.cfg.Replicas}
 	kv, err := retry(ctx, setupCallTimeout, func(c context.Context) (jetstream.KeyValue, error) {
 		kv, err := m.cfg.JS.CreateKeyValue(c, kvCfg)
@@ -249,19 +254,20 @@ func (m *Manager) openBucket(ctx context.Context, bucket string) (jetstream.KeyV
 		return kv, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("lease: bucket %s: %w", bucket, err)
+		return nil, 0, fmt.Errorf("lease: bucket %s: %w", bucket, err)
 	}
 	st, err := retry(ctx, setupCallTimeout, kv.Status)
 	if err != nil {
-		return nil, fmt.Errorf("lease: bucket %s: %w", bucket, err)
+		return nil, 0, fmt.Errorf("lease: bucket %s: %w", bucket, err)
 	}
-	if ttl := st.TTL(); ttl != m.cfg.TTL {
+	ttl := st.TTL()
+	if ttl < MinTTL {
+		return nil, 0, fmt.Errorf("lease: bucket %s exists with TTL %v; it needs one of at least %v (delete the bucket while no node runs)", bucket, ttl, MinTTL)
+	}
+	if ttl != m.cfg.TTL {
 		m.log.Warn("lease: bucket exists with another TTL; following the bucket", "bucket", bucket, "bucket_ttl", ttl, "configured_ttl", m.cfg.TTL)
-		if ttl > 0 && ttl < m.ttl {
-			m.ttl = ttl
-		}
 	}
-	return kv, nil
+	return kv, ttl, nil
 }
 
 // SetKeys sets the full set of keys that someone should own. Keys that are
@@ -304,7 +310,7 @@ func (m *Manager) Owners() map[string]Owner {
 	defer m.mu.Unlock()
 	out := make(map[string]Owner, len(m.leases.m))
 	for k, e := range m.leases.m {
-		if now.Sub(e.seen) > m.ttl {
+		if now.Sub(e.seen) > m.leases.ttl {
 			continue
 		}
 		v := decodeLease(e)
@@ -320,7 +326,7 @@ func (m *Manager) Nodes() []NodeInfo {
 	defer m.mu.Unlock()
 	out := make([]NodeInfo, 0, len(m.nodes.m))
 	for name, e := range m.nodes.m {
-		if now.Sub(e.seen) > m.ttl {
+		if now.Sub(e.seen) > m.nodes.ttl {
 			continue
 		}
 		var hb heartbeat
@@ -341,7 +347,7 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-// TTL is the lease TTL in force (the bucket's).
+// TTL is the TTL in force: the shorter of the two buckets'.
 func (m *Manager) TTL() time.Duration { return m.ttl }
 
 // Close leaves gracefully: it deletes the heartbeat (so the others stop

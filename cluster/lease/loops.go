@@ -137,6 +137,9 @@ func (m *Manager) follow(w jetstream.KeyWatcher, update func(jetstream.KeyValueE
 			update(e)
 		}
 	}
+	if !m.isStopped() {
+		m.log.Warn("lease: a bucket watch ended (connection closed?); only relisting keeps the view now")
+	}
 }
 
 func (m *Manager) nodeUpdate(e jetstream.KeyValueEntry) {
@@ -314,7 +317,8 @@ func (m *Manager) acquire(key string, staleRev uint64) {
 	}
 	hk := held{token: rev, rev: rev, since: sent, acquired: time.Now(), validUntil: sent.Add(m.ttl)}
 	m.mu.Lock()
-	m.held[key] = &hk
+	m.held[key] = &held{}
+	*m.held[key] = hk // hk stays a private copy for the renewal below
 	m.emit(key, func() { m.h.Acquired(key, rev) })
 	m.mu.Unlock()
 	m.log.Info("lease: acquired", "key", key, "token", rev)
@@ -364,7 +368,9 @@ func (m *Manager) renew(key string, hk held) {
 	switch {
 	case err == nil:
 		m.renewed(key, hk.token, rev, sent)
-	case transient(err) || m.ctx.Err() != nil:
+	case m.ctx.Err() != nil:
+		// Stopping.
+	case transient(err):
 		m.log.Warn("lease: renewal failed; retrying until the TTL runs out", "key", key, "err", err)
 	default:
 		m.lose(key, hk.token, "renewal failed: "+err.Error())
@@ -433,9 +439,13 @@ func (m *Manager) deleteReleased(key string, hk held) {
 	m.log.Info("lease: released", "key", key, "token", hk.token)
 }
 
-// deleteAt deletes key if it is still at revision rev.
+// deleteAt deletes key if it is still at revision rev. It tries for one TTL
+// at most (it runs on the writer, which must get back to renewing); by then
+// the lease expires anyway.
 func (m *Manager) deleteAt(key string, rev uint64) {
-	_, err := retry(m.ctx, m.ttl/3, func(c context.Context) (struct{}, error) {
+	ctx, cancel := context.WithTimeout(m.ctx, m.ttl)
+	defer cancel()
+	_, err := retry(ctx, m.ttl/3, func(c context.Context) (struct{}, error) {
 		return struct{}{}, m.leasesKV.Delete(c, key, jetstream.LastRevision(rev))
 	})
 	if err != nil && m.ctx.Err() == nil {

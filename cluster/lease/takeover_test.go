@@ -50,3 +50,23 @@ func TestRestartedNodeReclaimsItsLeftoverLeases(t *testing.T) {
 	}
 	checkNoLost(t, c.j, "a")
 }
+
+func TestNodeWithAnotherTTLFollowsTheBuckets(t *testing.T) {
+	c := newTestCluster(t, []string{"x.p0", "x.p1"})
+	c.start("a")
+	m := c.addWithTTL("b", 10*testTTL)
+	if m.TTL() != testTTL {
+		t.Errorf("TTL() = %v, want the buckets' %v", m.TTL(), testTTL)
+	}
+	c.waitBalanced(10*time.Second, 1)
+	// b renews at the buckets' pace: it keeps its key past several TTLs.
+	key := ""
+	for k := range m.Owned() {
+		key = k
+	}
+	start := validUntil(m, key)
+	eventually(t, 10*time.Second, "b renewing for 3 TTLs", func() bool {
+		return validUntil(m, key).Sub(start) > 3*testTTL
+	})
+	checkNoLost(t, c.j, "a", "b")
+}
