@@ -130,15 +130,7 @@ func (c *testCluster) add(name string) *Manager {
 
 func (c *testCluster) addWithTTL(name string, ttl time.Duration) *Manager {
 	c.t.Helper()
-	nc, err := nats.Connect(c.s.ClientURL())
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	js := c.connect()
 	var m *Manager
 	rec := &recorder{node: name, j: c.j, m: func() *Manager { return m }}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -147,6 +139,7 @@ func (c *testCluster) addWithTTL(name string, ttl time.Duration) *Manager {
 	if testing.Verbose() {
 		log = slog.Default()
 	}
+	var err error
 	m, err = New(ctx, Config{Node: name, Addr: "http://" + name, JS: js, TTL: ttl, Logger: log}, rec)
 	if err != nil {
 		c.t.Fatal(err)
@@ -252,8 +245,8 @@ func (c *testCluster) watchOverlaps() {
 	})
 }
 
-// bucketReader opens mls_leases on a connection of the test's own.
-func (c *testCluster) bucketReader() jetstream.KeyValue {
+// connect opens a connection of its own over TCP, as a node would.
+func (c *testCluster) connect() jetstream.JetStream {
 	c.t.Helper()
 	nc, err := nats.Connect(c.s.ClientURL())
 	if err != nil {
@@ -264,6 +257,13 @@ func (c *testCluster) bucketReader() jetstream.KeyValue {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	return js
+}
+
+// bucketReader opens mls_leases on a connection of the test's own.
+func (c *testCluster) bucketReader() jetstream.KeyValue {
+	c.t.Helper()
+	js := c.connect()
 	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: LeasesBucket, History: 1, TTL: testTTL})
 	if err != nil {
 		c.t.Fatal(err)
