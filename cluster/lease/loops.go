@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -230,17 +231,19 @@ func (m *Manager) plan() plan {
 	defer m.mu.Unlock()
 	m.nodes.expire(now)
 	m.leases.expire(now)
-	live := make([]string, 0, len(m.nodes.m))
-	for n := range m.nodes.m {
-		live = append(live, n)
-	}
-	desired := Assign(m.keys, live)
+	desired := Assign(m.keys, slices.Collect(maps.Keys(m.nodes.m)))
 	m.loseExpiredLocked(now)
 	m.startReleasesLocked(desired)
-	p := plan{stale: make(map[string]uint64)}
 	if m.closing {
-		return p
+		return plan{}
 	}
+	return m.acquisitionsLocked(desired)
+}
+
+// acquisitionsLocked lists the keys this node should own that nobody holds
+// (or only a leftover lease of this node's previous run).
+func (m *Manager) acquisitionsLocked(desired map[string]string) plan {
+	p := plan{stale: make(map[string]uint64)}
 	for _, k := range m.keys {
 		if desired[k] != m.cfg.Node || m.held[k] != nil {
 			continue
@@ -351,19 +354,22 @@ func (m *Manager) writeLeases() {
 }
 
 func (m *Manager) renew(key string, hk held) {
-	sent := time.Now()
-	if !sent.Before(hk.validUntil) {
+	if !time.Now().Before(hk.validUntil) {
 		m.lose(key, hk.token, "not renewed within the TTL")
 		return
 	}
 	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node, Token: hk.token, Since: hk.since})
-	ctx, cancel := m.callCtx()
-	rev, err := m.leasesKV.Update(ctx, key, b, hk.rev)
-	cancel()
+	sent := time.Now()
+	rev, err := m.update(key, b, hk.rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		// The reply to an earlier renewal may have been lost after the
-		// write was stored: then the newer revision is still ours.
-		rev, err = m.ownRevision(key, hk.token, err)
+		// The reply to an earlier write may have been lost after the write
+		// was stored: then the newer revision is still ours. Its write time
+		// is unknown here, so renew once more rather than count on it.
+		var cur uint64
+		if cur, err = m.ownRevision(key, hk.token, err); err == nil {
+			sent = time.Now()
+			rev, err = m.update(key, b, cur)
+		}
 	}
 	switch {
 	case err == nil:
@@ -375,6 +381,12 @@ func (m *Manager) renew(key string, hk held) {
 	default:
 		m.lose(key, hk.token, "renewal failed: "+err.Error())
 	}
+}
+
+func (m *Manager) update(key string, value []byte, rev uint64) (uint64, error) {
+	ctx, cancel := m.callCtx()
+	defer cancel()
+	return m.leasesKV.Update(ctx, key, value, rev)
 }
 
 // ownRevision returns the current revision of key if it still carries this
