@@ -52,7 +52,8 @@ func (l *Learner) Model() *Model { return l.m }
 func (l *Learner) Pending() int { return l.pending }
 
 // Predict returns the probability of a positive label with the learner's
-// view (global model plus local delta). It does not allocate.
+// view (global model plus local delta; a shared learner's updates in
+// flight are left out). It does not allocate.
 func (l *Learner) Predict(feats []Feature) float64 {
 	return l.m.predict(feats, &l.delta)
 }

@@ -275,6 +275,9 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 	model := p.job.model
 	for i := range recs {
 		r := &recs[i]
+		if p.share.gapUpTo != 0 && !p.replayed(r.Seq) {
+			continue
+		}
 		var prob float64
 		p.lastSeq = r.Seq
 		if i+1 < len(recs) {

@@ -67,6 +67,9 @@ type sharing struct {
 	send func(partition int, lastSeq uint64, delta []byte) error
 	// Counts for the status.
 	sent, sendErrors, applied, refused atomic.Int64
+	// dropped counts events dropped after a failed send, waiting for
+	// their replay (partShare.gapUpTo).
+	dropped atomic.Int64
 }
 
 // partShare is a partition's side of shared deltas.
@@ -81,6 +84,11 @@ type partShare struct {
 	// appliedMark is 1 + the lastSeq of the partition's latest delta
 	// applied on this node.
 	appliedMark atomic.Uint64
+	// gapUpTo is the lastSeq of a delta whose send failed, until the
+	// events it held come again (replayed) or the state holds them; 0:
+	// none. Meanwhile the partition drops its events: a delta of later
+	// ones would claim, by its lastSeq, the lost ones too.
+	gapUpTo uint64
 }
 
 // ShareDeltas switches the job to shared deltas (runtime.Sharing); called
@@ -104,7 +112,8 @@ const retryInFlight = 2 * time.Millisecond
 
 // sendDelta is a partition's merge in sharing mode: it sends what was
 // learned since the last send and keeps nothing of it, sent or not. force
-// sends metrics that changed however recently they were sent.
+// (at shutdown) sends metrics that changed however recently they were
+// sent, and does not wait for a delta in flight.
 //
 // While its previous delta is in flight (sent, not applied here yet) the
 // partition sends nothing and learns on, its learner seeing the updates in
@@ -113,7 +122,7 @@ const retryInFlight = 2 * time.Millisecond
 // gets them, whatever the stream's latency.
 func (p *logregPart) sendDelta(now time.Time, force bool) {
 	p.landed()
-	if p.inFlight(now) {
+	if !force && p.inFlight(now) {
 		return
 	}
 	metrics := p.metricsDue(now, force)
@@ -127,9 +136,15 @@ func (p *logregPart) sendDelta(now time.Time, force bool) {
 	if err != nil {
 		// The partition's next owner replays the events: no later delta
 		// of this one may claim them.
+		if p.lastSeq != p.share.sentSeq {
+			p.share.gapUpTo = p.lastSeq
+		}
 		p.lastSeq = p.share.sentSeq
 		p.learner.ClearInFlight()
 		p.job.share.sendErrors.Add(1)
+		if metrics != nil {
+			p.share.metricsAt = now // retried in metricsEvery, not at once
+		}
 		return
 	}
 	p.job.share.sent.Add(1)
@@ -138,6 +153,20 @@ func (p *logregPart) sendDelta(now time.Time, force bool) {
 	if metrics != nil {
 		p.share.metricsCount, p.share.metricsAt = p.prog.Count(), now
 	}
+}
+
+// replayed reports whether the partition, dropping events since a failed
+// send, may take the event of sequence number seq: one the failed delta
+// held (their replay has begun), or any once this node applied a delta
+// that holds them (another node replayed them). It counts those dropped.
+func (p *logregPart) replayed(seq uint64) bool {
+	s := &p.share
+	if seq <= s.gapUpTo || s.appliedMark.Load() > s.gapUpTo {
+		s.gapUpTo = 0
+		return true
+	}
+	p.job.share.dropped.Add(1)
+	return false
 }
 
 // landed drops the partition's delta in flight from its learner's view
@@ -313,6 +342,9 @@ type DeltaStatus struct {
 	SendErrors int64 `json:"send_errors"`
 	Applied    int64 `json:"applied"`
 	Refused    int64 `json:"refused"`
+	// Dropped are events dropped after a failed send until the events
+	// of the failed delta are replayed.
+	Dropped int64 `json:"dropped_events"`
 }
 
 func (j *logregJob) deltaStatus() *DeltaStatus {
@@ -320,5 +352,5 @@ func (j *logregJob) deltaStatus() *DeltaStatus {
 		return nil
 	}
 	return &DeltaStatus{Sent: j.share.sent.Load(), SendErrors: j.share.sendErrors.Load(),
-		Applied: j.share.applied.Load(), Refused: j.share.refused.Load()}
+		Applied: j.share.applied.Load(), Refused: j.share.refused.Load(), Dropped: j.share.dropped.Load()}
 }

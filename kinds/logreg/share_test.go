@@ -70,7 +70,7 @@ type testCluster struct {
 
 var errStreamDown = errors.New("test: the delta stream is down")
 
-func newTestCluster(t *testing.T) *testCluster {
+func newTestCluster(t testing.TB) *testCluster {
 	c := &testCluster{wake: make(chan struct{}, 1)}
 	done := make(chan struct{})
 	stopped := make(chan struct{})
@@ -142,7 +142,7 @@ func (c *testCluster) applyAll() {
 
 // node starts an engine with one job of spec, joined to c when c is not
 // nil, and returns the engine and the job's instance.
-func node(t *testing.T, c *testCluster, spec runtime.Spec, cfg runtime.Config) (*runtime.Engine, *logregJob) {
+func node(t testing.TB, c *testCluster, spec runtime.Spec, cfg runtime.Config) (*runtime.Engine, *logregJob) {
 	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	e := runtime.NewEngine(cfg)
@@ -247,7 +247,7 @@ func accuracy(t *testing.T, e *runtime.Engine, lines []string) float64 {
 	return float64(right) / float64(len(lines))
 }
 
-func snapshot(t *testing.T, m *learners.Model) []byte {
+func snapshot(t testing.TB, m *learners.Model) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	if _, err := m.WriteTo(&b); err != nil {
@@ -323,39 +323,65 @@ func TestTwoNodesShareOneModel(t *testing.T) {
 }
 
 // A send that fails keeps nothing of its events: the model is unchanged,
-// and the next delta carries only the events learned after it.
+// and until the events of the failed delta come again the partition drops
+// the later ones (a delta of them would claim the lost ones too).
 func TestFailedSendDropsTheUpdates(t *testing.T) {
 	c := newTestCluster(t)
 	e, j := node(t, c, testSpec(1), runtime.Config{})
-	fresh := snapshot(t, j.model)
+	job, err := e.Job("ctr")
+	if err != nil {
+		t.Fatal(err)
+	}
 	g := gen.New(gen.Config{Seed: 5})
-	first, _ := events(g, 500)
+	first, _ := events(g, 500) // requests of 200, 200, 100: a merge after each
 	c.fail.Store(true)
 	ingest(t, e, first)
-	waitFor(t, "the failed send", func() bool { return j.share.sendErrors.Load() > 0 && j.Unacked(0) == 0 })
-	if j.model.Version() != 0 || j.model.Updates() != 0 || !bytes.Equal(snapshot(t, j.model), fresh) {
-		t.Fatalf("the model changed without a delta: version %d, updates %d", j.model.Version(), j.model.Updates())
-	}
+	waitFor(t, "the first events processed", func() bool { return job.Status(false).Processed == 500 })
 	c.fail.Store(false)
 	second, _ := events(g, 300)
 	ingest(t, e, second)
-	waitFor(t, "the second batch applied", func() bool { return j.model.Updates() >= 300 })
-	var labelled uint64
+	waitFor(t, "the second events processed", func() bool { return job.Status(false).Processed == 800 })
+	// Deltas of metrics alone may have come: they move the version only.
+	fresh, err := learners.NewModel(j.model.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.ApplyDelta([]byte{0}, 0, j.model.Version(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if j.model.Updates() != 0 || !bytes.Equal(snapshot(t, j.model), snapshot(t, fresh)) {
+		t.Fatalf("the model changed: %d updates", j.model.Updates())
+	}
 	for _, d := range c.sent() {
-		h, err := j.readDeltaHeader(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		labelled += h.labelled
-		if h.lastSeq != 0 && h.lastSeq <= 500 {
-			t.Fatalf("a delta claims events up to %d, of which the failed send dropped 1..500", h.lastSeq)
+		if h, err := j.readDeltaHeader(d); err != nil || h.lastSeq != 0 || h.labelled != 0 {
+			t.Fatalf("a delta claims events up to %d (%d labelled): %v", h.lastSeq, h.labelled, err)
 		}
 	}
-	if labelled != 300 || j.model.Updates() != 300 {
-		t.Fatalf("deltas hold %d labelled events and the model %d, want the 300 sent after the failure", labelled, j.model.Updates())
+	st := StatusOf(job.Status(false)).Deltas
+	if st == nil || st.SendErrors == 0 || st.Dropped != 600 {
+		t.Fatalf("delta status %+v, want send errors and the 600 events after the first dropped", st)
 	}
-	if got := j.StateSeqs()[0]; got != 800 {
-		t.Fatalf("state holds events up to %d, want 800", got)
+}
+
+// After a failed send the partition takes events again once the failed
+// ones are replayed, or once a delta that holds them was applied.
+func TestReplayEndsTheGap(t *testing.T) {
+	_, j := node(t, newTestCluster(t), testSpec(1), runtime.Config{})
+	p := &logregPart{job: j}
+	p.share.gapUpTo = 500
+	if p.replayed(501) || p.replayed(900) || p.share.gapUpTo != 500 {
+		t.Fatal("took an event after the gap before its replay")
+	}
+	if !p.replayed(301) || p.share.gapUpTo != 0 {
+		t.Fatal("the replay did not end the gap")
+	}
+	p.share.gapUpTo = 500
+	p.share.appliedMark.Store(501)
+	if !p.replayed(900) || p.share.gapUpTo != 0 {
+		t.Fatal("a delta holding the failed events did not end the gap")
+	}
+	if got := j.share.dropped.Load(); got != 2 {
+		t.Fatalf("%d dropped, want 2", got)
 	}
 }
 
@@ -521,4 +547,37 @@ func TestSharingJobRefusesImport(t *testing.T) {
 	if err := j.ImportModel(bytes.NewReader(nil)); !errors.Is(err, runtime.ErrNotSupported) {
 		t.Fatalf("import: %v", err)
 	}
+}
+
+// FuzzLogregApplyDelta: any bytes are applied or refused, never a panic,
+// and a refused delta changes nothing.
+func FuzzLogregApplyDelta(f *testing.F) {
+	spec := testSpec(2)
+	spec.Params = map[string]any{"hash_bits": 6, "window": 4}
+	_, j := node(f, newTestCluster(f), spec, runtime.Config{})
+	good := learnedDelta(f, j, 1, 9, 20)
+	metrics, _ := learners.NewProgressive(4).MarshalBinary()
+	h, err := j.readDeltaHeader(good)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(craft(0, 3, 2, metrics, h.slots))
+	f.Add(craft(1, 1, 1, nil, []byte{0}))
+	var version uint64
+	f.Fuzz(func(t *testing.T, data []byte) {
+		version++
+		before, v := snapshot(t, j.model), j.model.Version()
+		j.merge.Lock()
+		seqs := j.StateSeqs()
+		j.merge.Unlock()
+		if err := j.ApplyDelta(data, version); err != nil {
+			j.merge.Lock()
+			after := j.StateSeqs()
+			j.merge.Unlock()
+			if !bytes.Equal(snapshot(t, j.model), before) || j.model.Version() != v || !equalSeqs(after, seqs) {
+				t.Fatal("a refused delta changed the job")
+			}
+		}
+	})
 }
