@@ -55,6 +55,9 @@ func (l *Learner) SetShared() {
 	l.inFlight = newDeltaMap()
 }
 
+// InFlight reports whether the learner holds updates AppendDelta sent.
+func (l *Learner) InFlight() bool { return len(l.inFlight.used) > 0 }
+
 // ClearInFlight drops the updates AppendDelta sent from the learner's
 // view: call it once the model holds them (their delta was applied), or
 // when they will never reach it (the send failed).

@@ -78,7 +78,7 @@ type logregJob struct {
 	// drifts counts the drifts the partitions' detectors found (drift.go).
 	drifts drifts
 	// share is on in cluster mode: merges send deltas (share.go).
-	share sharing
+	share jobShare
 
 	mu struct {
 		sync.Mutex
@@ -268,9 +268,6 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 			p.adoptMetrics()
 		}
 	}
-	if p.job.sharing() {
-		p.landed()
-	}
 	wants := p.out.Wants(TypePrediction)
 	model := p.job.model
 	for i := range recs {
@@ -285,6 +282,7 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 			p.learner.Prefetch(recs[i+1].Features)
 		}
 		if r.Label >= 0 {
+			p.landed()
 			prob = p.learner.Learn(r.Features, r.Label == 1)
 			p.prog.Observe(prob, r.Label == 1)
 			p.observeDrift(r)

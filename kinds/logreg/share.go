@@ -62,8 +62,8 @@ const maxDeltaEvents = 1 << 40
 // errBadDelta is a delta this job cannot apply.
 var errBadDelta = errors.New("logreg: malformed delta")
 
-// sharing is a job's side of shared deltas; the zero value is off.
-type sharing struct {
+// jobShare is a job's side of shared deltas; the zero value is off.
+type jobShare struct {
 	send func(partition int, lastSeq uint64, delta []byte) error
 	// Counts for the status.
 	sent, sendErrors, applied, refused atomic.Int64
@@ -170,9 +170,11 @@ func (p *logregPart) replayed(seq uint64) bool {
 }
 
 // landed drops the partition's delta in flight from its learner's view
-// once this node applied it.
+// once this node applied it: checked before each event learned, so that
+// the learner counts its updates twice (model and view) for one event at
+// most.
 func (p *logregPart) landed() {
-	if p.share.appliedMark.Load() >= p.share.sentMark.Load() {
+	if p.learner.InFlight() && p.share.appliedMark.Load() >= p.share.sentMark.Load() {
 		p.learner.ClearInFlight()
 	}
 }

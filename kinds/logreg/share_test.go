@@ -581,3 +581,26 @@ func FuzzLogregApplyDelta(f *testing.F) {
 		}
 	})
 }
+
+// A partition's metrics follow it across nodes: each node shows those
+// the owner sent, and a new owner goes on from its predecessor's.
+func TestMetricsFollowThePartition(t *testing.T) {
+	c := newTestCluster(t)
+	ea, _ := node(t, c, testSpec(1), runtime.Config{})
+	eb, _ := node(t, c, testSpec(1), runtime.Config{})
+	count := func(e *runtime.Engine) int64 {
+		job, _ := e.Job("ctr")
+		return StatusOf(job.Status(false)).Metrics.All.Count
+	}
+	g := gen.New(gen.Config{Seed: 8})
+	first, _ := events(g, 1000)
+	ingest(t, ea, first)
+	waitFor(t, "node B to show node A's metrics", func() bool { return count(eb) == 1000 })
+	// Node B takes the partition over. (Its engine numbers the events
+	// from 1: past node A's last one, as the stream's numbers would be.)
+	second, _ := events(g, 1500)
+	ingest(t, eb, second)
+	waitFor(t, "both nodes to show the metrics of all 2500 events", func() bool {
+		return count(eb) == 2500 && count(ea) == 2500
+	})
+}
