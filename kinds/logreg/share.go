@@ -134,24 +134,33 @@ func (p *logregPart) sendDelta(now time.Time, force bool) {
 	p.unlogged = 0
 	p.unacked.Store(0)
 	if err != nil {
-		// The partition's next owner replays the events: no later delta
-		// of this one may claim them.
-		if p.lastSeq != p.share.sentSeq {
-			p.share.gapUpTo = p.lastSeq
-		}
-		p.lastSeq = p.share.sentSeq
-		p.learner.ClearInFlight()
-		p.job.share.sendErrors.Add(1)
-		if metrics != nil {
-			p.share.metricsAt = now // retried in metricsEvery, not at once
-		}
-		return
+		p.sendFailed(now, metrics != nil)
+	} else {
+		p.deltaSent(now, metrics != nil)
 	}
+}
+
+func (p *logregPart) deltaSent(now time.Time, withMetrics bool) {
 	p.job.share.sent.Add(1)
 	p.share.sentSeq, p.share.sentAt = p.lastSeq, now
 	p.share.sentMark.Store(p.lastSeq + 1)
-	if metrics != nil {
+	if withMetrics {
 		p.share.metricsCount, p.share.metricsAt = p.prog.Count(), now
+	}
+}
+
+// sendFailed forgets the updates of a delta that was not sent. The
+// partition's next owner replays its events: no later delta of this one
+// may claim them (replayed), and its metrics are retried in metricsEvery.
+func (p *logregPart) sendFailed(now time.Time, withMetrics bool) {
+	p.job.share.sendErrors.Add(1)
+	if p.lastSeq != p.share.sentSeq {
+		p.share.gapUpTo = p.lastSeq
+	}
+	p.lastSeq = p.share.sentSeq
+	p.learner.ClearInFlight()
+	if withMetrics {
+		p.share.metricsAt = now
 	}
 }
 
