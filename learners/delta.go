@@ -17,7 +17,10 @@ type deltaMap struct {
 type deltaEntry struct {
 	key    uint64 // slot+1; 0 = empty
 	da, db float64
-	_      uint64 // pad to 32 bytes: an entry never straddles a cache line
+	// scale is, for a shared learner (share.go), the largest |x| seen
+	// beyond the model's scale of the slot, 0 if none; it also pads the
+	// entry to 32 bytes, so that an entry never straddles a cache line.
+	scale float64
 }
 
 // hashMul is the multiplier of the Fibonacci hash that maps a slot to its
@@ -105,7 +108,7 @@ func (d *deltaMap) reserve(n int) {
 	for _, i := range oldUsed {
 		e := old[i]
 		j := d.insert(int(e.key - 1))
-		d.entries[j].da, d.entries[j].db = e.da, e.db
+		d.entries[j].da, d.entries[j].db, d.entries[j].scale = e.da, e.db, e.scale
 	}
 }
 
@@ -115,6 +118,27 @@ func (d *deltaMap) get(slot int) (da, db float64) {
 		return d.entries[i].da, d.entries[i].db
 	}
 	return 0, 0
+}
+
+// addTo returns a and b plus slot's delta.
+func (d *deltaMap) addTo(slot uint64, a, b float64) (float64, float64) {
+	if i := d.find(int(slot)); i >= 0 {
+		e := &d.entries[i]
+		return a + e.da, b + e.db
+	}
+	return a, b
+}
+
+// addAll adds every entry of o into d.
+func (d *deltaMap) addAll(o *deltaMap) {
+	d.reserve(len(o.used))
+	for _, i := range o.used {
+		e := &o.entries[i]
+		f := &d.entries[d.insert(int(e.key-1))]
+		f.da += e.da
+		f.db += e.db
+		f.scale = max(f.scale, e.scale)
+	}
 }
 
 // reset empties the map, keeping its capacity.

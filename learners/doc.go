@@ -59,6 +59,14 @@
 // default settings learn well from raw, unscaled inputs (amounts in the
 // thousands next to one-hot features of value 1) without any preprocessing.
 //
+// # Shared models
+//
+// In cluster mode several processes hold a copy of one model. A shared
+// Learner ([Learner.SetShared]) never writes its model: [Learner.AppendDelta]
+// encodes its updates as a delta, and every copy applies every delta in
+// one order with [Model.ApplyDelta], so the copies stay equal bit for bit.
+// Adaptive scales travel in the deltas too (share.go).
+//
 // # Progressive validation
 //
 // [Learner.Learn] first predicts with the current view and then learns, so

@@ -22,6 +22,13 @@ type Learner struct {
 	items   []item    // scratch for Learn
 	normed  []Feature // scratch for Learn: normalized values
 	touch   uint64    // sink of scan's cache-warming loads
+	// shared: the learner never writes the model; scales it would grow
+	// travel in its delta instead (share.go).
+	shared bool
+	order  []uint64 // scratch of AppendDelta
+	// inFlight holds, for a shared learner, the updates sent and not yet
+	// in the model: part of its view until ClearInFlight.
+	inFlight deltaMap
 }
 
 // item is one active coordinate of the event being learned.
@@ -45,7 +52,8 @@ func (l *Learner) Model() *Model { return l.m }
 func (l *Learner) Pending() int { return l.pending }
 
 // Predict returns the probability of a positive label with the learner's
-// view (global model plus local delta). It does not allocate.
+// view (global model plus local delta; a shared learner's updates in
+// flight are left out). It does not allocate.
 func (l *Learner) Predict(feats []Feature) float64 {
 	return l.m.predict(feats, &l.delta)
 }
@@ -259,6 +267,10 @@ func (l *Learner) collect(feats []Feature) []item {
 		slot := int(it.slot)
 		ax := math.Abs(it.x)
 		if inv := math.Float64frombits(atomic.LoadUint64(&state[slot*stride+offInv])); inv == 0 || ax*inv > 1 {
+			if l.shared {
+				l.wantScale(slot, ax)
+				continue
+			}
 			if r := m.growScale(slot, ax); r != 1 {
 				if idx := d.find(slot); idx >= 0 {
 					d.entries[idx].da *= r
@@ -268,7 +280,12 @@ func (l *Learner) collect(feats []Feature) []item {
 	}
 	for i := range items {
 		it := &items[i]
-		it.x *= math.Float64frombits(atomic.LoadUint64(&state[int(it.slot)*stride+offInv]))
+		inv := math.Float64frombits(atomic.LoadUint64(&state[int(it.slot)*stride+offInv]))
+		if l.shared {
+			it.x = sharedInput(it.x, inv)
+		} else {
+			it.x *= inv
+		}
 	}
 	return items
 }
@@ -303,6 +320,7 @@ func (l *Learner) marginFTRL(items []item) float64 {
 	state, entries := m.state, d.entries
 	dmask, shift := uint64(len(entries)-1), d.shift&63
 	negInvAlpha, beta, l1, negL2, noL1 := -m.invAlpha, m.beta, m.l1, -m.l2, m.l1 == 0
+	sent := len(l.inFlight.used) > 0
 	var margin float64
 	for i := range items {
 		it := &items[i]
@@ -315,6 +333,9 @@ func (l *Learner) marginFTRL(items []item) float64 {
 			h = d.lookup(slot, entries, dmask, shift)
 		}
 		e := &entries[h]
+		if sent {
+			a, b = l.inFlight.addTo(slot, a, b)
+		}
 		a += e.da
 		sqrtN := math.Sqrt(b + e.db)
 		w := ftrlWeight(a, sqrtN, negInvAlpha, beta, l1, negL2, noL1)
@@ -347,6 +368,7 @@ func (l *Learner) marginW(items []item) float64 {
 	d := &l.delta
 	state, entries := m.state, d.entries
 	dmask, shift := uint64(len(entries)-1), d.shift&63
+	sent := len(l.inFlight.used) > 0
 	var margin float64
 	for i := range items {
 		it := &items[i]
@@ -359,6 +381,9 @@ func (l *Learner) marginW(items []item) float64 {
 			h = d.lookup(slot, entries, dmask, shift)
 		}
 		e := &entries[h]
+		if sent {
+			w, b = l.inFlight.addTo(slot, w, b)
+		}
 		w += e.da
 		it.idx, it.w, it.sqrtN = uint32(h), w, b+e.db
 		margin += w * it.x

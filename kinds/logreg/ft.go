@@ -59,6 +59,7 @@ func (j *logregJob) Recovered(seqs []uint64) {
 	copy(j.merge.lastSeqs, seqs)
 	for i, p := range j.parts {
 		p.lastSeq = seqs[i]
+		p.share.sentSeq = seqs[i] // the state holds them: no delta needs to claim them again
 	}
 	if j.merge.tracker != nil {
 		j.merge.tracker.Reset()

@@ -19,8 +19,11 @@ import (
 // Name is the kind's name in a spec.
 const Name = "logreg"
 
-func init() {
-	runtime.Register(runtime.Kind{
+func init() { runtime.Register(kind()) }
+
+// kind declares the kind to the engine.
+func kind() runtime.Kind {
+	return runtime.Kind{
 		Name: Name, New: newLogregJob, Memory: memory,
 		Divergence: 10, // Euclidean distance of the weights; AF-Stream's setting for its logistic regression
 		Shed: &runtime.ShedPolicy{
@@ -30,7 +33,7 @@ func init() {
 		Consistent: true,
 		Messages:   []string{TypePrediction, TypeDrift},
 		Describe:   describe,
-	})
+	}
 }
 
 var (
@@ -74,6 +77,8 @@ type logregJob struct {
 	names *nameDict
 	// drifts counts the drifts the partitions' detectors found (drift.go).
 	drifts drifts
+	// share is on in cluster mode: merges send deltas (share.go).
+	share jobShare
 
 	mu struct {
 		sync.Mutex
@@ -167,6 +172,9 @@ func (j *logregJob) NewPartition(index int, out runtime.Emitter) runtime.Operato
 	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window),
 		drift: learners.NewPageHinkley(), limit: math.MaxInt}
 	p.pub.snap = p.prog.Clone()
+	if j.sharing() {
+		p.learner.SetShared()
+	}
 	j.parts = append(j.parts, p)
 	j.merge.lastSeqs = append(j.merge.lastSeqs, 0)
 	return p
@@ -189,6 +197,8 @@ type Status struct {
 	Model       *learners.Snapshot         `json:"model,omitempty"`
 	Metrics     *learners.Metrics          `json:"metrics,omitempty"`
 	Drift       *DriftStatus               `json:"drift,omitempty"`
+	// Deltas is there in cluster mode (share.go).
+	Deltas *DeltaStatus `json:"deltas,omitempty"`
 }
 
 // StatusOf is a logreg job's section of its status, nil for another kind.
@@ -209,7 +219,8 @@ func (j *logregJob) Status(detail bool) any {
 	j.mu.Unlock()
 	snap.Version = j.model.Version()
 	m := j.metrics()
-	st := &Status{Model: &snap, Metrics: &m, Consistency: j.clock.Status(j.consistency), Drift: j.drifts.status()}
+	st := &Status{Model: &snap, Metrics: &m, Consistency: j.clock.Status(j.consistency), Drift: j.drifts.status(),
+		Deltas: j.deltaStatus()}
 	if j.consistency != runtime.ConsistencySSP {
 		st.Consistency.Staleness = 0
 	}
@@ -237,8 +248,12 @@ type logregPart struct {
 	pub struct {
 		sync.Mutex
 		snap *learners.Progressive
+		// remote: snap came from another node's delta (share.go) and
+		// is newer than prog.
+		remote bool
 	}
 	pubAt time.Time
+	share partShare
 }
 
 const publishEvery = 100 * time.Millisecond
@@ -249,11 +264,17 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 	if !p.active {
 		p.job.clock.SetActive(p.index, true)
 		p.active = true
+		if p.job.sharing() {
+			p.adoptMetrics()
+		}
 	}
 	wants := p.out.Wants(TypePrediction)
 	model := p.job.model
 	for i := range recs {
 		r := &recs[i]
+		if p.share.gapUpTo != 0 && !p.replayed(r.Seq) {
+			continue
+		}
 		var prob float64
 		p.lastSeq = r.Seq
 		if i+1 < len(recs) {
@@ -261,6 +282,7 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 			p.learner.Prefetch(recs[i+1].Features)
 		}
 		if r.Label >= 0 {
+			p.landed()
 			prob = p.learner.Learn(r.Features, r.Label == 1)
 			p.prog.Observe(prob, r.Label == 1)
 			p.observeDrift(r)
@@ -296,22 +318,43 @@ func (p *logregPart) Coordinate() {
 
 // Idle merges without waiting: a partition without work holds no one back
 // and waits for no one.
-func (p *logregPart) Idle(bool) time.Duration {
+func (p *logregPart) Idle(final bool) time.Duration {
 	if p.active {
 		p.job.clock.SetActive(p.index, false)
 		p.active = false
 	}
+	now := time.Now()
+	if p.job.sharing() {
+		// Metrics that changed go out within metricsEvery, and at the end.
+		p.sendDelta(now, final)
+		p.publish(now)
+		return p.idleWait(now)
+	}
 	p.merge()
 	p.unacked.Store(0)
-	p.publish(time.Now())
+	p.publish(now)
 	return 0
 }
 
-// merge folds the partition's local updates into the global model (the
-// parameter server's merge step) and lets fault tolerance decide on a
-// backup. Unlabelled events change no state, but merging records that the
-// model now covers them too.
+// merge hands the partition's local updates to the global model: folds
+// them in, or sends them as a delta in sharing mode (share.go).
 func (p *logregPart) merge() {
+	if p.job.sharing() {
+		p.sendDelta(time.Now(), false)
+	} else {
+		p.mergeLocal()
+	}
+	if j := p.job; j.ft != nil {
+		// γ: at most this many events learned and not yet merged.
+		p.limit = max(j.ft.Gamma(), 1)
+	}
+}
+
+// mergeLocal folds the partition's local updates into the global model
+// (the parameter server's merge step) and lets fault tolerance decide on
+// a backup. Unlabelled events change no state, but merging records that
+// the model now covers them too.
+func (p *logregPart) mergeLocal() {
 	j := p.job
 	j.merge.Lock()
 	n := p.learner.Pending()
@@ -331,15 +374,15 @@ func (p *logregPart) merge() {
 	}
 	p.unlogged = 0
 	j.merge.Unlock()
-	if j.ft != nil {
-		// γ: at most this many events learned and not yet merged.
-		p.limit = max(j.ft.Gamma(), 1)
-	}
 }
 
+// publish refreshes the metrics readers see, unless another node's are
+// newer (share.go).
 func (p *logregPart) publish(now time.Time) {
 	p.pub.Lock()
-	p.prog.CopyTo(p.pub.snap)
+	if !p.pub.remote {
+		p.prog.CopyTo(p.pub.snap)
+	}
 	p.pub.Unlock()
 	p.pubAt = now
 }

@@ -78,8 +78,13 @@ func (j *logregJob) maxImportBytes() int64 {
 // longer exists. The model's version and update count go on from the
 // imported ones; the job's own progressive metrics are kept (they measure
 // this job's stream). With fault tolerance a full backup is taken at once,
-// so that a crash recovers the imported model.
+// so that a crash recovers the imported model. A job that shares deltas
+// (cluster mode) refuses with runtime.ErrNotSupported: an import would
+// replace one node's copy of the model only.
 func (j *logregJob) ImportModel(r io.Reader) error {
+	if j.sharing() {
+		return fmt.Errorf("%w: job %q shares its model across the cluster; a model import would change one node's copy only", runtime.ErrNotSupported, j.name)
+	}
 	limit := j.maxImportBytes()
 	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {

@@ -1,0 +1,367 @@
+package logreg
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/mlstream/mlstream/learners"
+	"github.com/mlstream/mlstream/runtime"
+)
+
+// Shared deltas (runtime.Sharing), for cluster mode: the partitions of one
+// job run on several nodes, each node holding its own instance of the job
+// with every partition, of which only those it owns get events. A
+// partition's merge then does not fold its learner's updates into the
+// global model: it encodes them as a delta and hands it to the cluster's
+// send, which puts every delta of the job in one order; every node applies
+// every delta, its own partitions' included, in that order (ApplyDelta),
+// and that is the only way the model changes. Every node's model is thus
+// the same function of the same deltas: equal bit for bit at equal
+// versions. The learners are shared (learners.Learner.SetShared): they
+// never write the model, not even a feature's adaptive scale.
+//
+// Between its send and the apply of its delta a partition's learner
+// predicts from the global model without the updates it sent: a lag of
+// one round trip. The names dictionary stays each node's own (it names
+// the features that node saw). Consistency rounds (bsp, ssp) pace the
+// partitions that have work on the same node only: the clock is each
+// node's, and a node waits for none of another node's partitions. Model
+// import is not supported (it would replace one node's copy only).
+//
+// A delta, little-endian:
+//
+//	byte     format (deltaFormat)
+//	uvarint  partition
+//	uvarint  lastSeq: sequence number of the last event the delta holds
+//	uvarint  labelled events learned (the model's update count grows by it)
+//	uvarint  length of the partition's progressive metrics, 0 if none,
+//	         then that many bytes (learners.Progressive.MarshalBinary)
+//	the slot section (learners.Learner.AppendDelta)
+//
+// A partition sends its metrics with a delta when they changed and at
+// least metricsEvery passed since it last sent them (and at shutdown), so
+// that every node's status shows every partition's metrics.
+
+var _ runtime.Sharing = (*logregJob)(nil)
+
+// deltaFormat is the leading byte of a delta: its format's version.
+const deltaFormat = 1
+
+// metricsEvery is how often at most a partition's deltas carry its
+// progressive metrics (tens of kilobytes each).
+const metricsEvery = time.Second
+
+// maxDeltaEvents bounds a delta's count of labelled events: far more than
+// any partition learns between two merges, small enough that sums of them
+// never overflow.
+const maxDeltaEvents = 1 << 40
+
+// errBadDelta is a delta this job cannot apply.
+var errBadDelta = errors.New("logreg: malformed delta")
+
+// jobShare is a job's side of shared deltas; the zero value is off.
+type jobShare struct {
+	send func(partition int, lastSeq uint64, delta []byte) error
+	// Counts for the status.
+	sent, sendErrors, applied, refused atomic.Int64
+	// dropped counts events dropped after a failed send, waiting for
+	// their replay (partShare.gapUpTo).
+	dropped atomic.Int64
+}
+
+// partShare is a partition's side of shared deltas.
+type partShare struct {
+	sentSeq      uint64 // lastSeq of the last delta sent, on the partition's goroutine
+	metricsCount int64  // prog's count when its metrics were last sent
+	metricsAt    time.Time
+	sentAt       time.Time
+	// sentMark is sentSeq+1 (0: none sent), for the applying goroutine:
+	// deltas up to it are this node's own, whose metrics it has fresher.
+	sentMark atomic.Uint64
+	// appliedMark is 1 + the lastSeq of the partition's latest delta
+	// applied on this node.
+	appliedMark atomic.Uint64
+	// gapUpTo is the lastSeq of a delta whose send failed, until the
+	// events it held come again (replayed) or the state holds them; 0:
+	// none. Meanwhile the partition drops its events: a delta of later
+	// ones would claim, by its lastSeq, the lost ones too.
+	gapUpTo uint64
+}
+
+// ShareDeltas switches the job to shared deltas (runtime.Sharing); called
+// before the partitions start.
+func (j *logregJob) ShareDeltas(send func(partition int, lastSeq uint64, delta []byte) error) {
+	j.share.send = send
+	for _, p := range j.parts {
+		p.learner.SetShared()
+	}
+}
+
+func (j *logregJob) sharing() bool { return j.share.send != nil }
+
+// maxInFlight is how long a partition waits at most for its delta to be
+// applied on its own node before it sends the next one anyway.
+const maxInFlight = 2 * time.Second
+
+// retryInFlight is how soon an idle partition whose delta is in flight
+// tries again to send what it learned since.
+const retryInFlight = 2 * time.Millisecond
+
+// sendDelta is a partition's merge in sharing mode: it sends what was
+// learned since the last send and keeps nothing of it, sent or not. force
+// (at shutdown) sends metrics that changed however recently they were
+// sent, and does not wait for a delta in flight.
+//
+// While its previous delta is in flight (sent, not applied here yet) the
+// partition sends nothing and learns on, its learner seeing the updates in
+// flight (learners.Learner.AppendDelta): one delta in flight at a time is
+// what lets the learner drop them from its view exactly when the model
+// gets them, whatever the stream's latency.
+func (p *logregPart) sendDelta(now time.Time, force bool) {
+	p.landed()
+	if !force && p.inFlight(now) {
+		return
+	}
+	metrics := p.metricsDue(now, force)
+	if p.learner.Pending() == 0 && p.learner.Touched() == 0 && p.share.sentSeq == p.lastSeq && metrics == nil {
+		return
+	}
+	delta := p.encodeDelta(metrics)
+	err := p.job.share.send(p.index, p.lastSeq, delta)
+	p.unlogged = 0
+	p.unacked.Store(0)
+	if err != nil {
+		p.sendFailed(now, metrics != nil)
+	} else {
+		p.deltaSent(now, metrics != nil)
+	}
+}
+
+func (p *logregPart) deltaSent(now time.Time, withMetrics bool) {
+	p.job.share.sent.Add(1)
+	p.share.sentSeq, p.share.sentAt = p.lastSeq, now
+	p.share.sentMark.Store(p.lastSeq + 1)
+	if withMetrics {
+		p.share.metricsCount, p.share.metricsAt = p.prog.Count(), now
+	}
+}
+
+// sendFailed forgets the updates of a delta that was not sent. The
+// partition's next owner replays its events: no later delta of this one
+// may claim them (replayed), and its metrics are retried in metricsEvery.
+func (p *logregPart) sendFailed(now time.Time, withMetrics bool) {
+	p.job.share.sendErrors.Add(1)
+	if p.lastSeq != p.share.sentSeq {
+		p.share.gapUpTo = p.lastSeq
+	}
+	p.lastSeq = p.share.sentSeq
+	p.learner.ClearInFlight()
+	if withMetrics {
+		p.share.metricsAt = now
+	}
+}
+
+// replayed reports whether the partition, dropping events since a failed
+// send, may take the event of sequence number seq: one the failed delta
+// held (their replay has begun), or any once this node applied a delta
+// that holds them (another node replayed them). It counts those dropped.
+func (p *logregPart) replayed(seq uint64) bool {
+	s := &p.share
+	if seq <= s.gapUpTo || s.appliedMark.Load() > s.gapUpTo {
+		s.gapUpTo = 0
+		return true
+	}
+	p.job.share.dropped.Add(1)
+	return false
+}
+
+// landed drops the partition's delta in flight from its learner's view
+// once this node applied it: checked before each event learned, so that
+// the learner counts its updates twice (model and view) for one event at
+// most.
+func (p *logregPart) landed() {
+	if p.learner.InFlight() && p.share.appliedMark.Load() >= p.share.sentMark.Load() {
+		p.learner.ClearInFlight()
+	}
+}
+
+// inFlight reports whether the partition's last delta is not yet applied
+// on this node, and was sent less than maxInFlight ago.
+func (p *logregPart) inFlight(now time.Time) bool {
+	return p.share.appliedMark.Load() < p.share.sentMark.Load() && now.Sub(p.share.sentAt) < maxInFlight
+}
+
+// idleWait is how soon an idle partition wants to be called again: to
+// send what waited for a delta in flight, or metrics that changed.
+func (p *logregPart) idleWait(now time.Time) time.Duration {
+	if p.inFlight(now) && (p.learner.Pending() > 0 || p.learner.Touched() > 0 || p.lastSeq != p.share.sentSeq) {
+		return retryInFlight
+	}
+	return p.metricsWait(now)
+}
+
+// metricsDue returns the partition's encoded metrics if they are to go
+// with the next delta, else nil.
+func (p *logregPart) metricsDue(now time.Time, force bool) []byte {
+	if p.prog.Count() == p.share.metricsCount || !force && now.Sub(p.share.metricsAt) < metricsEvery {
+		return nil
+	}
+	b, _ := p.prog.MarshalBinary() // never fails
+	return b
+}
+
+// metricsWait is how soon an idle partition must send metrics that
+// changed since their last send; 0 if none did.
+func (p *logregPart) metricsWait(now time.Time) time.Duration {
+	if p.prog.Count() == p.share.metricsCount {
+		return 0
+	}
+	return max(metricsEvery-now.Sub(p.share.metricsAt), time.Millisecond)
+}
+
+// encodeDelta encodes the learner's pending updates (clearing them) and
+// metrics, if any, as a delta.
+func (p *logregPart) encodeDelta(metrics []byte) []byte {
+	const perSlot = 1 + 3*8 + 2 // flags, at most three floats, a short gap
+	b := make([]byte, 0, 5*binary.MaxVarintLen64+len(metrics)+p.learner.Touched()*perSlot)
+	b = append(b, deltaFormat)
+	b = binary.AppendUvarint(b, uint64(p.index))
+	b = binary.AppendUvarint(b, p.lastSeq)
+	b = binary.AppendUvarint(b, uint64(p.learner.Pending()))
+	b = binary.AppendUvarint(b, uint64(len(metrics)))
+	b = append(b, metrics...)
+	b, _ = p.learner.AppendDelta(b)
+	return b
+}
+
+// deltaHeader is what a delta carries besides its slots.
+type deltaHeader struct {
+	partition int
+	lastSeq   uint64
+	labelled  uint64
+	metrics   *learners.Progressive // nil if none
+	slots     []byte
+}
+
+// readDeltaHeader decodes and checks a delta's header and metrics.
+func (j *logregJob) readDeltaHeader(delta []byte) (h deltaHeader, err error) {
+	if len(delta) == 0 || delta[0] != deltaFormat {
+		return h, fmt.Errorf("%w: not format %d", errBadDelta, deltaFormat)
+	}
+	var fields [4]uint64
+	rest := delta[1:]
+	for i := range fields {
+		v, k := binary.Uvarint(rest)
+		if k <= 0 {
+			return h, fmt.Errorf("%w: truncated header", errBadDelta)
+		}
+		fields[i], rest = v, rest[k:]
+	}
+	part, lastSeq, labelled, metricsLen := fields[0], fields[1], fields[2], fields[3]
+	switch {
+	case part >= uint64(len(j.parts)):
+		return h, fmt.Errorf("%w: partition %d of a job of %d", errBadDelta, part, len(j.parts))
+	case labelled > maxDeltaEvents:
+		return h, fmt.Errorf("%w: %d events", errBadDelta, labelled)
+	case metricsLen > uint64(len(rest)):
+		return h, fmt.Errorf("%w: metrics of %d bytes in %d", errBadDelta, metricsLen, len(rest))
+	}
+	h = deltaHeader{partition: int(part), lastSeq: lastSeq, labelled: labelled, slots: rest[metricsLen:]}
+	if metricsLen > 0 {
+		h.metrics = learners.NewProgressive(j.window)
+		if err := h.metrics.UnmarshalBinary(rest[:metricsLen]); err != nil {
+			return h, fmt.Errorf("%w: %w", errBadDelta, err)
+		}
+	}
+	return h, nil
+}
+
+// ApplyDelta folds one delta into the global model (runtime.Sharing):
+// its slots exactly as a merge would (through the fault-tolerance tracker
+// when there is one), the model's version becomes version, the state
+// holds the partition's events up to the delta's lastSeq, and the
+// partition's metrics, if the delta carries them, become the ones every
+// node reports for it. A malformed delta changes nothing.
+func (j *logregJob) ApplyDelta(delta []byte, version uint64) error {
+	if !j.sharing() {
+		return fmt.Errorf("%w: job %q does not share deltas", runtime.ErrNotSupported, j.name)
+	}
+	h, err := j.readDeltaHeader(delta)
+	if err == nil {
+		err = j.applyDelta(h, version)
+	}
+	if err != nil {
+		j.share.refused.Add(1)
+		return err
+	}
+	j.share.applied.Add(1)
+	return nil
+}
+
+func (j *logregJob) applyDelta(h deltaHeader, version uint64) error {
+	j.swap.RLock()
+	defer j.swap.RUnlock()
+	j.merge.Lock()
+	defer j.merge.Unlock()
+	if err := j.model.ApplyDelta(h.slots, h.labelled, version, j.merge.tracker); err != nil {
+		return fmt.Errorf("%w: %w", errBadDelta, err)
+	}
+	j.merge.lastSeqs[h.partition] = h.lastSeq
+	j.merge.learned += int64(h.labelled)
+	j.parts[h.partition].share.appliedMark.Store(h.lastSeq + 1)
+	if h.metrics != nil {
+		j.parts[h.partition].installMetrics(h.metrics, h.lastSeq)
+	}
+	if j.ft != nil {
+		// The events are in the cluster's input streams: none is unlogged.
+		j.ft.Unit(0).Merged(int(h.labelled), 0, j.merge.learned)
+	}
+	return nil
+}
+
+// installMetrics makes m, sent by the partition's owner with events up to
+// lastSeq, the metrics this node reports for the partition, unless this
+// node sent them itself (its own are fresher).
+func (p *logregPart) installMetrics(m *learners.Progressive, lastSeq uint64) {
+	if p.share.sentMark.Load() > lastSeq {
+		return
+	}
+	p.pub.Lock()
+	p.pub.snap, p.pub.remote = m, true
+	p.pub.Unlock()
+}
+
+// adoptMetrics starts the partition's metrics from those its previous
+// owner sent, when it gets events after another node had them.
+func (p *logregPart) adoptMetrics() {
+	p.pub.Lock()
+	defer p.pub.Unlock()
+	if !p.pub.remote {
+		return
+	}
+	p.prog = p.pub.snap.Clone()
+	p.pub.remote = false
+	p.share.metricsCount = p.prog.Count()
+}
+
+// DeltaStatus counts a sharing job's deltas on this node.
+type DeltaStatus struct {
+	Sent       int64 `json:"sent"`
+	SendErrors int64 `json:"send_errors"`
+	Applied    int64 `json:"applied"`
+	Refused    int64 `json:"refused"`
+	// Dropped are events dropped after a failed send until the events
+	// of the failed delta are replayed.
+	Dropped int64 `json:"dropped_events"`
+}
+
+func (j *logregJob) deltaStatus() *DeltaStatus {
+	if !j.sharing() {
+		return nil
+	}
+	return &DeltaStatus{Sent: j.share.sent.Load(), SendErrors: j.share.sendErrors.Load(),
+		Applied: j.share.applied.Load(), Refused: j.share.refused.Load(), Dropped: j.share.dropped.Load()}
+}
