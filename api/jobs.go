@@ -62,7 +62,7 @@ func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("name %q in the body differs from %q in the path", spec.Name, name), Field: "name"})
 		return
 	}
-	created, err := s.engine.PutJob(spec)
+	created, err := s.jobs.PutJob(spec)
 	var be *runtime.BudgetError
 	switch {
 	case err == nil:
@@ -123,7 +123,7 @@ func specError(w http.ResponseWriter, err error) {
 
 func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "job")
-	switch err := s.engine.DeleteJob(name); {
+	switch err := s.jobs.DeleteJob(name); {
 	case errors.Is(err, runtime.ErrJobRecord):
 		// Stopped and its data removed, but it comes back at the next start.
 		writeError(w, http.StatusInternalServerError, apiError{Error: err.Error()})

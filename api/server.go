@@ -22,6 +22,11 @@ import (
 // Config configures a Server. Zero fields take the defaults noted.
 type Config struct {
 	Engine *runtime.Engine
+	// Jobs creates and deletes jobs (default: Engine). A cluster node
+	// passes its own, which stores the job for every node.
+	Jobs JobAdmin
+	// Cluster answers GET /v1/cluster (nil: 404, single-node mode).
+	Cluster ClusterView
 	// MaxBodyBytes caps a request body (default 16 MiB); larger gets 413.
 	MaxBodyBytes int64
 	// MaxEventBytes caps one event (default 1 MiB); larger gets 413.
@@ -52,10 +57,31 @@ type Config struct {
 	Logger    *slog.Logger
 }
 
+// JobAdmin creates and deletes jobs: the engine, or a cluster node.
+type JobAdmin interface {
+	PutJob(spec runtime.Spec) (created bool, err error)
+	DeleteJob(name string) error
+}
+
+// ClusterView is a cluster node's view of the cluster, for GET
+// /v1/cluster: any value that encodes as a JSON object.
+type ClusterView interface {
+	ClusterStatus() any
+}
+
+func (s *Server) clusterStatus(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Cluster == nil {
+		writeError(w, http.StatusNotFound, apiError{Error: "not a cluster: this node runs single-node (start it with --cluster or --nats)"})
+		return
+	}
+	writeJSON(w, http.StatusOK, s.cfg.Cluster.ClusterStatus())
+}
+
 // Server is the HTTP handler of mlstream. Safe for concurrent use.
 type Server struct {
 	cfg       Config
 	engine    *runtime.Engine
+	jobs      JobAdmin
 	log       *slog.Logger
 	ready     atomic.Bool
 	router    chi.Router
@@ -66,7 +92,10 @@ type Server struct {
 // New returns a server; it answers /readyz with 503 until SetReady(true).
 func New(cfg Config) *Server {
 	cfg = withDefaults(cfg)
-	s := &Server{cfg: cfg, engine: cfg.Engine, log: cfg.Logger}
+	s := &Server{cfg: cfg, engine: cfg.Engine, jobs: cfg.Jobs, log: cfg.Logger}
+	if s.jobs == nil {
+		s.jobs = cfg.Engine
+	}
 	s.registerMetrics()
 	r := chi.NewRouter()
 	r.Use(securityHeaders, s.recoverer, s.checkHost, s.checkContentType)
@@ -104,6 +133,7 @@ func New(cfg Config) *Server {
 				r.Get("/jobs/{job}/"+name, s.queryAlias(name))
 			}
 			r.With(knownParams("jobs", "types")).Get("/ws", s.ws)
+			r.With(none).Get("/cluster", s.clusterStatus)
 		})
 		r.With(admin, none).Put("/jobs/{job}", s.putJob)
 		r.With(admin, none).Delete("/jobs/{job}", s.deleteJob)

@@ -216,3 +216,20 @@ type Matches struct {
 }
 
 func (m *Matches) keepRaw(b []byte) { m.Raw = b }
+
+// Failover is a partition (or a job's global unit, Partition nil) that
+// changed owner in a cluster: From is the node that wrote its state last,
+// To the new owner; Graceful when From handed it over. ReplayFrom is the
+// log position the new owner replays from; Lost counts log messages that
+// retention dropped before the replay.
+type Failover struct {
+	Partition        *int   `json:"partition,omitempty"`
+	From             string `json:"from,omitempty"`
+	To               string `json:"to"`
+	Token            uint64 `json:"token"`
+	Graceful         bool   `json:"graceful"`
+	SinceLastWriteMs int64  `json:"since_last_write_ms"`
+	TookMs           int64  `json:"took_ms"`
+	ReplayFrom       uint64 `json:"replay_from"`
+	Lost             uint64 `json:"lost"`
+}

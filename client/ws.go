@@ -26,6 +26,7 @@ const (
 	TypeMatch      = "match"      // a join found a pair
 	TypeJoin       = "join"       // a join's statistics and estimates, every second
 	TypeDrift      = "drift"      // a logreg partition's drift detector fired
+	TypeFailover   = "failover"   // a partition changed owner (cluster mode)
 )
 
 // feedQuiet is how long a feed may stay silent, pings included, before the
@@ -142,6 +143,11 @@ func (m Message) Recovery() (Recovery, error) {
 		r.Raw = m.payload(TypeRecovery)
 	}
 	return r, err
+}
+
+// Failover decodes a failover message.
+func (m Message) Failover() (Failover, error) {
+	return decodeMessage[Failover](m, TypeFailover, TypeFailover)
 }
 
 // TopK decodes a topk message.

@@ -131,6 +131,9 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	if b.events == 0 {
 		return 0, nil
 	}
+	if b.e.cfg.Cluster != nil {
+		return b.publish(ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, b.e.cfg.IngestWait)
 	defer cancel()
 	b.shedLoad()
@@ -146,6 +149,25 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	}
 	if err := commitLogs(durable); err != nil {
 		return 0, err
+	}
+	b.e.metrics.accepted(b.stream, b.events)
+	return b.events, nil
+}
+
+// publish hands every job's records to the cluster (cluster mode): the
+// request is accepted once the cluster holds all of them.
+func (b *Batch) publish(ctx context.Context) (int, error) {
+	defer b.releaseBuffers()
+	for _, jb := range b.jobs {
+		if err := b.e.cfg.Cluster.Publish(ctx, jb.job, jb.parts); err != nil {
+			reason := "unavailable"
+			if errors.Is(err, ErrBusy) {
+				reason = "busy"
+			}
+			b.e.metrics.refused(b.stream, reason, b.events)
+			return 0, err
+		}
+		jb.job.featsPerEvent.Store(int64(len(jb.arena.feats) / b.events))
 	}
 	b.e.metrics.accepted(b.stream, b.events)
 	return b.events, nil

@@ -50,6 +50,11 @@ type Config struct {
 	// Jobs records the jobs created at run time, so that Start restores
 	// them after a restart (nil: they last until the process ends).
 	Jobs JobStore
+	// Cluster, when set, runs the engine as one node of a cluster
+	// (cluster.go): requests are published to the cluster's log and
+	// partitions get their events from it. Storage is then unused: fault
+	// tolerance is the cluster's.
+	Cluster Cluster
 }
 
 func (c *Config) ensureDefaults() {
@@ -75,6 +80,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.Storage == nil && c.Store != nil {
 		c.Storage = ft.NewDir(c.DataDir, c.Store)
+	}
+	if c.Cluster != nil {
+		c.Storage = nil
 	}
 }
 
@@ -315,6 +323,11 @@ func (e *Engine) launch(spec Spec, mem MemoryEstimate, incarnation string, recor
 	if j.ft != nil {
 		j.ft.abort = abort
 	}
+	if e.cfg.Cluster != nil {
+		if err := e.cfg.Cluster.Attach(j); err != nil {
+			return nil, fmt.Errorf("job %q: %w", spec.Name, err)
+		}
+	}
 	if err := j.start(e.hub); err != nil {
 		return nil, fmt.Errorf("job %q: %w", spec.Name, err)
 	}
@@ -435,7 +448,7 @@ func (e *Engine) remove(name string, j *Job) error {
 	}()
 	var processed uint64
 	if j != nil {
-		j.stop()
+		e.stopJob(j)
 		processed = j.processed()
 	}
 	// The record goes first: a crash before the data is gone leaves data
@@ -511,7 +524,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		var wg sync.WaitGroup
 		for _, j := range jobs {
 			wg.Add(1)
-			go func() { defer wg.Done(); j.stop() }()
+			go func() { defer wg.Done(); e.stopJob(j) }()
 		}
 		wg.Wait()
 		<-e.samplerDone
@@ -522,6 +535,14 @@ func (e *Engine) Close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("runtime: close: %w", ctx.Err())
+	}
+}
+
+// stopJob stops j and tells the cluster.
+func (e *Engine) stopJob(j *Job) {
+	j.stop()
+	if e.cfg.Cluster != nil {
+		e.cfg.Cluster.Detach(j)
 	}
 }
 

@@ -17,6 +17,7 @@ type Hub struct {
 	wants atomic.Pointer[map[wantKey]int]
 
 	dropped atomic.Uint64 // all subscribers, for metrics
+	tap     atomic.Pointer[Tap]
 }
 
 // NewHub returns an empty hub.
@@ -86,6 +87,9 @@ func (h *Hub) rebuildWants() {
 // Wants reports whether anyone subscribes to this job's messages of this
 // type; partitions check it before building messages nobody reads.
 func (h *Hub) Wants(job, typ string) bool {
+	if t := h.tap.Load(); t != nil && (*t).RemoteWants(job, typ) {
+		return true
+	}
 	w := *h.wants.Load()
 	if len(w) == 0 {
 		return false
@@ -96,6 +100,13 @@ func (h *Hub) Wants(job, typ string) bool {
 // Publish offers msg to every subscriber that wants it, without blocking.
 // msg must not be modified afterwards.
 func (h *Hub) Publish(job, typ string, msg []byte) {
+	if t := h.tap.Load(); t != nil {
+		(*t).Forward(job, typ, msg)
+	}
+	h.offer(job, typ, msg)
+}
+
+func (h *Hub) offer(job, typ string, msg []byte) {
 	h.mu.RLock()
 	for s := range h.subs {
 		if !s.Wants(job, typ) {
@@ -127,4 +138,33 @@ func set(xs []string) map[string]bool {
 		m[x] = true
 	}
 	return m
+}
+
+// Tap is how a cluster node shares a hub with the other nodes: Forward
+// gets every message published here (not those Injected), and
+// RemoteWants says whether a subscriber elsewhere wants a job's messages
+// of a type, so that partitions build them.
+type Tap interface {
+	Forward(job, typ string, msg []byte)
+	RemoteWants(job, typ string) bool
+}
+
+// SetTap installs the cluster's tap (before any job runs).
+func (h *Hub) SetTap(t Tap) { h.tap.Store(&t) }
+
+// Inject offers a message from another node to this hub's subscribers
+// only.
+func (h *Hub) Inject(job, typ string, msg []byte) { h.offer(job, typ, msg) }
+
+// LocalWants lists the (job, type) pairs this hub's subscribers want, a
+// job "*" standing for every job.
+func (h *Hub) LocalWants() [][2]string {
+	w := *h.wants.Load()
+	out := make([][2]string, 0, len(w))
+	for k, n := range w {
+		if n > 0 {
+			out = append(out, [2]string{k.job, k.typ})
+		}
+	}
+	return out
 }

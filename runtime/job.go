@@ -215,6 +215,12 @@ func (p *partition) run() {
 				break
 			}
 			for i, b := range batches {
+				if b.run != nil {
+					b.run()
+					p.q.done(b)
+					batches[i] = nil
+					continue
+				}
 				p.job.gate.wait()
 				n := len(b.recs)
 				start := time.Now()

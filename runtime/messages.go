@@ -19,10 +19,48 @@ const (
 	TypeStats    = "stats"    // a job's status, once a second
 	TypeBackup   = "backup"   // a state backup was written
 	TypeRecovery = "recovery" // a job restarted from its backups
+	TypeFailover = "failover" // a partition changed owner (cluster mode)
 )
 
 // engineTypes are the message types of every job, whatever its kind.
-var engineTypes = []string{TypeStats, TypeBackup, TypeRecovery}
+var engineTypes = []string{TypeStats, TypeBackup, TypeRecovery, TypeFailover}
+
+// FailoverMessage says that a partition of a job (or its global unit)
+// changed owner in a cluster (type failover); ts is when the new owner
+// began serving it.
+type FailoverMessage struct {
+	Envelope
+	Failover Failover `json:"failover"`
+}
+
+// Failover is one change of owner.
+type Failover struct {
+	Partition *int   `json:"partition,omitempty"` // absent for the global unit
+	From      string `json:"from,omitempty"`      // the node that wrote the state last ("" when none had)
+	To        string `json:"to"`
+	Token     uint64 `json:"token"` // the new owner's fencing token
+	// Graceful is true when the previous owner handed the partition over
+	// (it left or the cluster rebalanced), false when it stopped
+	// renewing its lease (crash, pause, cut off).
+	Graceful bool `json:"graceful"`
+	// SinceLastWriteMs is the time between the previous owner's last
+	// backup (or delta) and this take-over: how stale the restored state
+	// was before the replay.
+	SinceLastWriteMs int64 `json:"since_last_write_ms"`
+	TookMs           int64 `json:"took_ms"` // fence, restore and subscribe
+	// ReplayFrom is the log position (stream sequence) the new owner
+	// replays from: every accepted event from there on is processed
+	// again, so nothing acknowledged is lost while the stream retains it.
+	ReplayFrom uint64 `json:"replay_from"`
+	// Lost counts the log messages that retention dropped before they
+	// could be replayed (0 unless the outage outlasted the retention).
+	Lost uint64 `json:"lost"`
+}
+
+// EncodeFailover encodes a failover message.
+func EncodeFailover(job string, at int64, f Failover) ([]byte, error) {
+	return json.Marshal(FailoverMessage{Envelope{TypeFailover, job, at}, f})
+}
 
 // Envelope is what every message carries. A message type embeds it, and
 // the message's own fields follow; for a message about one thing the

@@ -23,6 +23,12 @@ type batch struct {
 	logged   bool // in the item log; guarded by the queue's mutex
 	// bufs hold the arrays recs is in, released when the batch is done.
 	bufs *buffers
+	// after, if set, is called on the partition's goroutine once the
+	// batch is processed (cluster mode acknowledges its message there).
+	after func()
+	// run, if set, makes this a batch of no records that runs run on the
+	// partition's goroutine instead (Job.Do).
+	run func()
 }
 
 // queue is a partition's bounded input: capacity is counted in events,
@@ -136,24 +142,31 @@ func (q *queue) unreserve(n int) { q.room.Release(int64(n)) }
 // their request's share of the job in mode exact, or nil. bufs hold the
 // arrays of recs (or are nil), released once the records are processed.
 func (q *queue) push(recs []Record, now time.Time, req *ftRequest, bufs *buffers) error {
+	return q.pushBatchFT(&batch{recs: recs, enqueued: now, bufs: bufs}, req)
+}
+
+// pushBatch appends b (its room reserved), stamping its records'
+// sequence numbers.
+func (q *queue) pushBatch(b *batch) error { return q.pushBatchFT(b, nil) }
+
+func (q *queue) pushBatchFT(b *batch, req *ftRequest) error {
 	q.mu.Lock()
 	if q.mu.closed {
 		q.mu.Unlock()
 		return errQueueClosed
 	}
-	for i := range recs {
-		recs[i].Seq = q.mu.nextSeq
+	for i := range b.recs {
+		b.recs[i].Seq = q.mu.nextSeq
 		q.mu.nextSeq++
 	}
-	b := &batch{recs: recs, enqueued: now, bufs: bufs}
-	if q.ft != nil {
+	if q.ft != nil && b.run == nil {
 		if err := q.ft.pushed(b, req); err != nil {
 			q.mu.Unlock()
 			return fmt.Errorf("%w: %v", ErrDurability, err)
 		}
 	}
 	q.mu.batches = append(q.mu.batches, b)
-	q.depth.Add(int64(len(recs)))
+	q.depth.Add(int64(len(b.recs)))
 	q.mu.Unlock()
 	select {
 	case q.notify <- struct{}{}:
@@ -190,7 +203,7 @@ func (q *queue) done(b *batch) {
 	q.mu.Lock()
 	q.mu.inflight[0] = nil
 	q.mu.inflight = q.mu.inflight[1:]
-	if q.ft != nil {
+	if q.ft != nil && b.run == nil {
 		q.ft.retired(b)
 	}
 	if q.mu.done != nil {
@@ -201,6 +214,9 @@ func (q *queue) done(b *batch) {
 	q.depth.Add(-int64(n))
 	q.room.Release(int64(n))
 	b.bufs.release()
+	if b.after != nil {
+		b.after()
+	}
 }
 
 // close stops new pushes; what is queued is still processed.

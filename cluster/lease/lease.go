@@ -95,9 +95,10 @@ type Owner struct {
 
 // NodeInfo of a live node.
 type NodeInfo struct {
-	Name, Addr string
-	Started    time.Time
-	LastSeen   time.Time // server time of its last heartbeat
+	Name     string    `json:"name"`
+	Addr     string    `json:"addr"`
+	Started  time.Time `json:"started"`
+	LastSeen time.Time `json:"last_seen"` // server time of its last heartbeat
 }
 
 // heartbeat is the value of a node's key in mls_nodes.

@@ -3,40 +3,17 @@ package lease
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/mlstream/mlstream/cluster/natsnode"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// jsNotAvailable is "JetStream system temporarily unavailable": no meta
-// leader yet.
-const jsNotAvailable jetstream.ErrorCode = 10008
-
 // transient reports whether err is one of the JetStream failures that pass
-// by themselves: no meta leader yet, a Raft election after a node died, a
-// connection that is reconnecting.
+// by themselves (natsnode.Transient), or a bucket that another node has
+// just created and this one's server does not know yet.
 func transient(err error) bool {
-	if err == nil {
-		return false
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsNotAvailable {
-		return true
-	}
-	switch {
-	case errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, nats.ErrTimeout),
-		errors.Is(err, nats.ErrConnectionReconnecting),
-		errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, jetstream.ErrNoStreamResponse),
-		errors.Is(err, jetstream.ErrConsumerLeadershipChanged),
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled):
-		return true
-	}
-	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "leadership change") || strings.Contains(msg, "temporarily unavailable")
+	return natsnode.Transient(err) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)
 }
 
 const (

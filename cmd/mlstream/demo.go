@@ -36,8 +36,21 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rate := fs.Int("rate", 2000, "generated events per second")
 	drift := fs.Int("drift-after", 60000, "events after which the true model changes (0 = never)")
 	seed := fs.Int64("seed", 1, "generator seed")
+	nodes := fs.Int("nodes", 1, "run a cluster of this many nodes on loopback (the others are child processes of this binary)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *nodes < 1 || *nodes > 9 {
+		return fmt.Errorf("--nodes must be in [1, 9], got %d", *nodes)
+	}
+	root := o.data
+	var dc *demoCluster
+	if *nodes > 1 {
+		var err error
+		if dc, err = startDemoCluster(&o, *nodes, stderr); err != nil {
+			return err
+		}
+		defer dc.stop()
 	}
 	if *rate <= 0 {
 		return fmt.Errorf("--rate must be positive, got %d", *rate)
@@ -61,6 +74,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		d.src = d.resume(gen.Config{Seed: *seed, DriftAfter: *drift})
 		demoBanner(stdout, l, *rate, *drift, d.src)
+		if dc != nil {
+			dc.banner(stdout, root)
+		}
 		// The generator posts over HTTP like any client: with tokens
 		// configured, with one of its own that nobody else sees.
 		d.client = poster{client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: l.clientTLS}}}

@@ -55,6 +55,7 @@ type serverOptions struct {
 	extraSpecs          []runtime.Spec
 	onEngine            func(e *runtime.Engine)
 	stdout, stderr      io.Writer
+	cl                  clusterOptions
 }
 
 func (o *serverOptions) register(fs *flag.FlagSet, defConfig bool) {
@@ -85,6 +86,7 @@ func (o *serverOptions) register(fs *flag.FlagSet, defConfig bool) {
 	fs.Int64Var(&o.maxTS, "max-ts", def.MaxTS, "latest event time, epoch milliseconds (400 after)")
 	fs.StringVar(&o.maxMemory, "max-memory", "auto", "memory budget of all jobs' estimated state and queues (e.g. 8GiB; auto = half the machine's or cgroup's memory; none = no budget): PUT answers 507 past it")
 	fs.IntVar(&o.maxJobs, "max-jobs", 64, "most jobs at once (negative: no limit): PUT answers 507 past it")
+	o.cl.register(fs)
 }
 
 // listening is what serve tells its caller once it accepts connections.
@@ -272,15 +274,22 @@ func serve(ctx context.Context, o serverOptions) error {
 		defer storage.Close()
 	}
 	reg := prometheus.NewRegistry()
+	var cl *clusterRun
+	if o.cl.enabled() {
+		if cl, err = startCluster(ctx, o, log); err != nil {
+			return err
+		}
+		defer cl.close()
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), readBuildInfo().collector())
-	engine, err := startEngine(o, specs, storage, reg, log)
+	engine, err := startEngine(o, specs, storage, metricsRegisterer(reg, cl), log, cl)
 	if err != nil {
 		return err
 	}
-	srv := newAPIServer(o, engine, reg, edge, log)
+	srv := newAPIServer(o, engine, reg, edge, log, cl)
 	hs, ln, errc, err := listenAndServe(o.addr, srv, edge)
 	if err != nil {
-		_ = engine.Close(context.Background())
+		closeAll(context.Background(), engine, cl)
 		return err
 	}
 	if edge.auth != nil {
@@ -294,10 +303,26 @@ func serve(ctx context.Context, o serverOptions) error {
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
-		_ = engine.Close(context.Background())
+		closeAll(context.Background(), engine, cl)
 		return err
 	}
-	return shutdown(o.shutdownGrace, srv, hs, engine, log)
+	return shutdown(o.shutdownGrace, srv, hs, engine, cl, log)
+}
+
+// closeAll leaves the cluster (if any) and closes the engine.
+func closeAll(ctx context.Context, engine *runtime.Engine, cl *clusterRun) {
+	if cl != nil {
+		_ = cl.leave(ctx)
+	}
+	_ = engine.Close(ctx)
+}
+
+// metricsRegisterer labels every series of a cluster node with its name.
+func metricsRegisterer(reg *prometheus.Registry, cl *clusterRun) prometheus.Registerer {
+	if cl == nil {
+		return reg
+	}
+	return prometheus.WrapRegistererWith(prometheus.Labels{"node": cl.name}, reg)
 }
 
 // loadSpecs reads the jobs of --config, if any, and adds the caller's.
@@ -330,13 +355,17 @@ func openDataDir(dir string) (*ft.Dir, error) {
 }
 
 // newAPIServer makes the HTTP API and dashboard over engine.
-func newAPIServer(o serverOptions, engine *runtime.Engine, reg *prometheus.Registry, edge edge, log *slog.Logger) *api.Server {
-	return api.New(api.Config{
+func newAPIServer(o serverOptions, engine *runtime.Engine, reg *prometheus.Registry, edge edge, log *slog.Logger, cl *clusterRun) *api.Server {
+	cfg := api.Config{
 		Engine: engine, MaxBodyBytes: o.maxBody, MaxEventBytes: int(o.maxEvent),
 		WSBacklog: o.wsBacklog, MaxWSClients: o.maxWSClients, WSSlowTimeout: o.wsSlowTimeout,
-		Gatherer: reg, Registerer: reg, Auth: edge.auth, LoopbackHosts: edge.loopback && edge.auth == nil,
+		Gatherer: reg, Registerer: metricsRegisterer(reg, cl), Auth: edge.auth, LoopbackHosts: edge.loopback && edge.auth == nil,
 		Dashboard: web.Handler(api.NotFound), Logger: log,
-	})
+	}
+	if cl != nil {
+		cfg.Jobs, cfg.Cluster = cl.node, cl.node
+	}
+	return api.New(cfg)
 }
 
 // listenAndServe binds addr and serves h on it, over TLS when the edge
@@ -384,13 +413,18 @@ func announce(o serverOptions, addr string, engine *runtime.Engine, edge edge, j
 }
 
 // shutdown stops taking requests, then drains the queues within grace.
-func shutdown(grace time.Duration, srv *api.Server, hs *http.Server, engine *runtime.Engine, log *slog.Logger) error {
+func shutdown(grace time.Duration, srv *api.Server, hs *http.Server, engine *runtime.Engine, cl *clusterRun, log *slog.Logger) error {
 	log.Info("shutting down: refusing new requests, draining queues")
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	srv.SetReady(false)
 	if err := hs.Shutdown(sctx); err != nil {
 		log.Warn("http shutdown", "err", err)
+	}
+	if cl != nil {
+		if err := cl.leave(sctx); err != nil {
+			log.Warn("leaving the cluster", "err", err)
+		}
 	}
 	var processed uint64
 	start := time.Now()
@@ -434,7 +468,7 @@ func maxMemoryBytes(v string) (int64, error) {
 
 // startEngine makes the engine and starts the config file's jobs, then the
 // jobs recorded at run time in the data directory.
-func startEngine(o serverOptions, specs []runtime.Spec, storage *ft.Dir, reg *prometheus.Registry, log *slog.Logger) (*runtime.Engine, error) {
+func startEngine(o serverOptions, specs []runtime.Spec, storage *ft.Dir, reg prometheus.Registerer, log *slog.Logger, cl *clusterRun) (*runtime.Engine, error) {
 	maxMem, err := maxMemoryBytes(o.maxMemory)
 	if err != nil {
 		return nil, err
@@ -443,7 +477,7 @@ func startEngine(o serverOptions, specs []runtime.Spec, storage *ft.Dir, reg *pr
 		Partitions: o.partitions, QueueSize: o.queue, IngestWait: o.ingestWait, Registry: reg, Logger: log,
 		MaxMemory: maxMem, MaxJobs: o.maxJobs,
 	}
-	if storage != nil {
+	if storage != nil && cl == nil {
 		cfg.Storage = storage
 		jobs, err := storage.JobRecords()
 		if err != nil {
@@ -451,9 +485,15 @@ func startEngine(o serverOptions, specs []runtime.Spec, storage *ft.Dir, reg *pr
 		}
 		cfg.Jobs = jobs
 	}
+	start := func(e *runtime.Engine) error { return e.Start(specs) }
+	if cl != nil {
+		// Jobs live in the cluster: the node starts them.
+		cfg.Cluster = cl.node
+		start = func(e *runtime.Engine) error { return cl.start(context.Background(), e, specs) }
+	}
 	engine := runtime.NewEngine(cfg)
-	if err := engine.Start(specs); err != nil {
-		_ = engine.Close(context.Background())
+	if err := start(engine); err != nil {
+		closeAll(context.Background(), engine, cl)
 		var fe *runtime.FileJobError
 		if errors.As(err, &fe) {
 			var se *runtime.SpecError

@@ -1,0 +1,234 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mlstream/mlstream/cluster/natsnode"
+	"github.com/mlstream/mlstream/runtime"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// One log message holds at most this many events and bytes: many events
+// a message because JetStream's cost is per message (about 10^5 messages
+// a second on two cores), a bound because a consumer's pulls must stay
+// well under the 64 MiB a connection may be owed.
+const (
+	maxMsgRecords = 4096
+	maxMsgBytes   = 1 << 20
+)
+
+// Publish is runtime.Cluster's: each partition's records go to its
+// subject as micro-batches, published at once and acknowledged by
+// JetStream before it returns. A partition whose owner is more than
+// MaxLag events behind refuses the request up front (ErrBusy: 429); so
+// does a request JetStream has not acknowledged within PublishWait (a
+// stream leader election after a node died takes 4–9 s). Each message
+// carries an id, so a retry of a message that did reach the stream is
+// dropped by JetStream's duplicate window rather than stored twice.
+func (n *Node) Publish(ctx context.Context, j *runtime.Job, parts [][]runtime.Record) error {
+	st := n.job(j.Name())
+	if st == nil || st.job != j {
+		return fmt.Errorf("%w: job %q is not ready on this node yet", runtime.ErrBusy, j.Name())
+	}
+	if err := n.lags.check(st, parts, n.cfg.MaxLag); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.PublishWait)
+	defer cancel()
+	msgs := st.messages(parts)
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for {
+		if err := n.publishAll(ctx, msgs, futures); err != nil {
+			return err
+		}
+		failed := n.awaitAcks(ctx, msgs, futures)
+		if len(failed) == 0 {
+			n.stats.published.Add(uint64(len(msgs)))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: the cluster did not acknowledge %d of %d messages of job %q within %s (after a node failure a stream elects a new leader in 4–9 s)",
+				runtime.ErrBusy, len(failed), len(msgs), j.Name(), n.cfg.PublishWait)
+		}
+		msgs, futures = failed, futures[:len(failed)]
+		sleep(ctx, 50*time.Millisecond)
+	}
+}
+
+// messages encodes parts as log messages with ids.
+func (st *jobState) messages(parts [][]runtime.Record) []*nats.Msg {
+	var msgs []*nats.Msg
+	req := nuid.Next()
+	for p, recs := range parts {
+		for i := 0; len(recs) > 0; i++ {
+			k := min(len(recs), maxMsgRecords)
+			data := runtime.AppendRecords(make([]byte, 0, 64*k), recs[:k])
+			for len(data) > maxMsgBytes && k > 1 {
+				k /= 2
+				data = runtime.AppendRecords(data[:0], recs[:k])
+			}
+			m := nats.NewMsg(inputSubject(st.id, p))
+			m.Data = data
+			m.Header.Set(jetstream.MsgIDHeader, req+"."+strconv.Itoa(p)+"."+strconv.Itoa(i))
+			msgs = append(msgs, m)
+			recs = recs[k:]
+		}
+	}
+	return msgs
+}
+
+// publishAll starts the publication of msgs; a full async window is
+// backpressure: it waits for room until ctx ends.
+func (n *Node) publishAll(ctx context.Context, msgs []*nats.Msg, futures []jetstream.PubAckFuture) error {
+	for i, m := range msgs {
+		for {
+			f, err := n.js.PublishMsgAsync(m)
+			if err == nil {
+				futures[i] = f
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) && !natsnode.Transient(err) {
+				return fmt.Errorf("cluster: publishing: %w", err)
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w: the cluster's publish window stayed full for %s", runtime.ErrBusy, n.cfg.PublishWait)
+			}
+			sleep(ctx, 10*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// awaitAcks waits for every acknowledgement (or ctx) and returns the
+// messages that failed or were not acknowledged.
+func (n *Node) awaitAcks(ctx context.Context, msgs []*nats.Msg, futures []jetstream.PubAckFuture) []*nats.Msg {
+	var failed []*nats.Msg
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if !natsnode.Transient(err) && !errors.Is(err, context.DeadlineExceeded) {
+				n.log.Warn("publish failed", "subject", msgs[i].Subject, "err", err)
+			}
+			failed = append(failed, msgs[i])
+		case <-ctx.Done():
+			failed = append(failed, msgs[i])
+		}
+	}
+	return failed
+}
+
+// lagTable holds how far behind each partition's owner is, as the owners
+// report it every lagEvery.
+type lagTable struct {
+	mu   sync.Mutex
+	lags map[string]lagEntry // id.p → lag
+	sub  *nats.Subscription
+	quit chan struct{}
+	done chan struct{}
+}
+
+type lagEntry struct {
+	lag int64
+	at  time.Time
+}
+
+const lagEvery = 250 * time.Millisecond
+
+type lagReport struct {
+	ID  string `json:"id"`
+	P   int    `json:"p"`
+	Lag int64  `json:"lag"`
+}
+
+func (t *lagTable) start(n *Node) error {
+	t.lags = map[string]lagEntry{}
+	t.quit, t.done = make(chan struct{}), make(chan struct{})
+	var err error
+	t.sub, err = n.nc.Subscribe(lagSubject, func(m *nats.Msg) {
+		var reps []lagReport
+		if json.Unmarshal(m.Data, &reps) == nil {
+			t.record(reps)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	go t.report(n)
+	return nil
+}
+
+func (t *lagTable) record(reps []lagReport) {
+	now := time.Now()
+	t.mu.Lock()
+	for _, r := range reps {
+		t.lags[r.ID+"."+strconv.Itoa(r.P)] = lagEntry{r.Lag, now}
+	}
+	t.mu.Unlock()
+}
+
+// report publishes the lag of the partitions this node owns.
+func (t *lagTable) report(n *Node) {
+	defer close(t.done)
+	tick := time.NewTicker(lagEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.quit:
+			return
+		case <-tick.C:
+		}
+		var reps []lagReport
+		for _, st := range n.jobsList() {
+			for _, ps := range st.parts {
+				if ps.owned.Load() {
+					lag := ps.lag.Load()
+					if st.job != nil {
+						lag = max(lag, st.job.Depth(ps.p))
+					}
+					reps = append(reps, lagReport{st.id, ps.p, lag})
+				}
+			}
+		}
+		if len(reps) > 0 {
+			data, _ := json.Marshal(reps)
+			_ = n.nc.Publish(lagSubject, data)
+		}
+	}
+}
+
+func (t *lagTable) check(st *jobState, parts [][]runtime.Record, maxLag int64) error {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for p, recs := range parts {
+		if len(recs) == 0 {
+			continue
+		}
+		e, ok := t.lags[st.id+"."+strconv.Itoa(p)]
+		if ok && now.Sub(e.at) < 4*lagEvery && e.lag > maxLag {
+			return fmt.Errorf("%w: partition %d of job %q is %d events behind (more than --cluster-max-lag %d)",
+				runtime.ErrBusy, p, st.name(), e.lag, maxLag)
+		}
+	}
+	return nil
+}
+
+func (t *lagTable) stop() {
+	if t.quit == nil {
+		return
+	}
+	close(t.quit)
+	<-t.done
+	if t.sub != nil {
+		_ = t.sub.Unsubscribe()
+	}
+}

@@ -1,0 +1,453 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mlstream/mlstream/cluster/natsnode"
+	"github.com/mlstream/mlstream/runtime"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// partState is the cluster's side of one partition of a job on this node:
+// whether this node owns it and, while it does, the run that feeds it
+// from the log.
+type partState struct {
+	st *jobState
+	p  int
+
+	owned atomic.Bool   // processing events of the log (after the take-over)
+	token atomic.Uint64 // the lease's fencing token while owned
+	ring  posRing       // where the partition's events came from in the log
+
+	// lastDelta is the sequence of this partition's last message on its
+	// delta subject (Sharing kinds): the next delta expects it, so an old
+	// owner's delta after a take-over is refused by JetStream.
+	lastDelta atomic.Uint64
+	// lag is the events the owner is behind: queued here plus those the
+	// consumer has not fetched.
+	lag atomic.Int64
+
+	mu  sync.Mutex
+	run *ownerRun // nil when not owned
+}
+
+// ownerRun is one period of ownership.
+type ownerRun struct {
+	token  uint64
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	// draining is set for a graceful stop: the consumer stops, what was
+	// delivered is processed and backed up.
+	cons     jetstream.Consumer
+	consName string
+	attempt  int
+}
+
+func newPartState(st *jobState, p int) *partState { return &partState{st: st, p: p} }
+
+func (ps *partState) log() []any { return []any{"job", ps.st.name(), "partition", ps.p} }
+
+// start begins owning the partition with the lease's token.
+func (ps *partState) start(token uint64) {
+	ps.mu.Lock()
+	if ps.run != nil && ps.run.token == token {
+		ps.mu.Unlock()
+		return
+	}
+	old := ps.run
+	ctx, cancel := context.WithCancel(ps.st.n.ctx)
+	r := &ownerRun{token: token, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	ps.run = r
+	ps.mu.Unlock()
+	if old != nil {
+		old.cancel()
+		<-old.done
+	}
+	ps.token.Store(token)
+	go ps.own(r)
+}
+
+// stop ends the ownership: graceful hands over (what was delivered is
+// processed and backed up, the consumer is deleted), otherwise it stops
+// at once.
+func (ps *partState) stop(graceful bool) {
+	ps.mu.Lock()
+	r := ps.run
+	ps.run = nil
+	ps.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+	if graceful && ps.owned.Load() {
+		ps.handOver(r)
+	}
+	ps.owned.Store(false)
+	if r.consName != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = ps.st.stream(ps.p).DeleteConsumer(ctx, r.consName)
+		cancel()
+	}
+}
+
+// handOver processes what was delivered, has the operator merge, and
+// writes a last backup marked released, waiting for it.
+func (ps *partState) handOver(r *ownerRun) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u := ps.unit()
+	written := make(chan error, 1)
+	err := ps.st.job.Flush(ctx, ps.p, func() {
+		if u != nil {
+			u.backup(true, written)
+		} else {
+			written <- nil
+		}
+	})
+	if err == nil {
+		select {
+		case err = <-written:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
+		ps.st.n.log.Warn("hand-over without a last backup: the next owner replays more", append(ps.log(), "err", err)...)
+		return
+	}
+	if ps.st.share != nil {
+		ps.st.share.released(ps)
+	}
+}
+
+func (ps *partState) unit() *unitFT {
+	if ps.st.ft == nil {
+		return nil
+	}
+	return ps.st.ft.unitOf(ps.p)
+}
+
+// own is one ownership: take over, then consume until stopped.
+func (ps *partState) own(r *ownerRun) {
+	defer close(r.done)
+	for r.ctx.Err() == nil {
+		began := time.Now()
+		pos, prev, err := ps.takeOver(r)
+		if err == nil {
+			err = ps.subscribe(r, pos)
+		}
+		if errors.Is(err, errFenced) {
+			ps.st.n.log.Warn("take-over refused: a newer owner exists", ps.log()...)
+			return
+		}
+		if err != nil {
+			if r.ctx.Err() == nil {
+				ps.st.n.log.Warn("take-over failed; retrying", append(ps.log(), "err", err)...)
+				sleep(r.ctx, time.Second)
+			}
+			continue
+		}
+		ps.owned.Store(true)
+		ps.announce(r, prev, pos, time.Since(began))
+		err = ps.consume(r, pos)
+		if r.ctx.Err() != nil {
+			return
+		}
+		ps.owned.Store(false)
+		ps.st.n.log.Warn("consuming stopped; taking over again", append(ps.log(), "err", err)...)
+	}
+}
+
+// position is where a new owner resumes in the log.
+type position struct {
+	rec      uint64 // the last event the restored state holds
+	resume   uint64 // stream sequence to replay from (0: from the start)
+	skip     int    // events of the message at resume the state holds
+	from     string // the node that wrote the state
+	at       time.Time
+	graceful bool
+}
+
+// takeOver fences the partition's state (or delta subject) with this
+// run's token, restores the state on the partition's goroutine and
+// numbers the events that follow.
+func (ps *partState) takeOver(r *ownerRun) (position, position, error) {
+	var pos position
+	var err error
+	if ps.st.share != nil {
+		pos, err = ps.st.share.fence(r.ctx, ps, r.token)
+	} else if u := ps.unit(); u != nil {
+		pos, err = ps.fenceState(r.ctx, u, r.token)
+	} else {
+		pos, err = ps.livePosition(r.ctx)
+	}
+	if err != nil {
+		return pos, pos, err
+	}
+	ps.ring.reset(pos)
+	err = ps.st.job.Do(r.ctx, ps.p, func() { ps.st.job.SetNextSeq(ps.p, pos.rec+1) })
+	return pos, pos, err
+}
+
+// fenceState takes the partition's state entry over and restores it.
+func (ps *partState) fenceState(ctx context.Context, u *unitFT, token uint64) (position, error) {
+	h, state, rev, err := ps.st.n.store().fence(ctx, stateKey(ps.st.id, ps.p), token)
+	if err != nil {
+		return position{}, err
+	}
+	u.rev.Store(rev)
+	pos := position{rec: h.Rec, resume: h.Resume, skip: h.Skip, from: h.Node, at: h.Created, graceful: h.Released}
+	if state == nil {
+		return pos, nil
+	}
+	var rerr error
+	err = ps.st.job.Do(ctx, ps.p, func() { rerr = u.install(h, state) })
+	if err == nil {
+		err = rerr
+	}
+	return pos, err
+}
+
+// livePosition is where a partition without backups starts: the end of
+// the log (mode none keeps nothing of what came before).
+func (ps *partState) livePosition(ctx context.Context) (position, error) {
+	info, err := ps.st.stream(ps.p).Info(ctx)
+	if err != nil {
+		return position{}, err
+	}
+	return position{resume: info.State.LastSeq + 1}, nil
+}
+
+// consumerPrefix names this partition's consumers: one per owner token.
+func consumerPrefix(p int) string { return "p" + strconv.Itoa(p) + "-t" }
+
+// subscribe creates this run's durable pull consumer from the position
+// and deletes those of earlier owners.
+func (ps *partState) subscribe(r *ownerRun, pos position) error {
+	s := ps.st.stream(ps.p)
+	// A name per attempt: a consumer's start cannot be changed, and a run
+	// that takes over again starts where its backup says.
+	r.attempt++
+	r.consName = consumerPrefix(ps.p) + strconv.FormatUint(r.token, 10) + "-" + strconv.Itoa(r.attempt)
+	cfg := jetstream.ConsumerConfig{Durable: r.consName, FilterSubject: inputSubject(ps.st.id, ps.p),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
+		MaxAckPending: ps.maxAckPending(), InactiveThreshold: 2 * time.Minute, DeliverPolicy: jetstream.DeliverAllPolicy,
+		// One replica in memory: a consumer is only its owner's cursor. A
+		// new owner makes its own from the backup's position, so nothing
+		// is lost with it, and the cluster runs no Raft group for it.
+		Replicas: 1, MemoryStorage: true}
+	if pos.resume > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, pos.resume
+	}
+	err := natsnode.Retry(r.ctx, func(ctx context.Context) error {
+		var err error
+		r.cons, err = s.CreateOrUpdateConsumer(ctx, cfg)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	ps.deleteOldConsumers(r)
+	return nil
+}
+
+// maxAckPending is AF-Stream's Γ in messages: how many the owner may have
+// fetched and not yet processed.
+func (ps *partState) maxAckPending() int { return 64 }
+
+func (ps *partState) deleteOldConsumers(r *ownerRun) {
+	s := ps.st.stream(ps.p)
+	names := s.ConsumerNames(r.ctx)
+	prefix := consumerPrefix(ps.p)
+	for name := range names.Name() {
+		if strings.HasPrefix(name, prefix) && name != r.consName {
+			_ = s.DeleteConsumer(r.ctx, name)
+		}
+	}
+}
+
+// consume feeds the partition from the consumer until the run ends or
+// the consumer fails.
+func (ps *partState) consume(r *ownerRun, pos position) error {
+	it, err := r.cons.Messages(jetstream.PullMaxBytes(16 << 20))
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-r.ctx.Done()
+		it.Stop()
+	}()
+	skip := pos.skip
+	last := uint64(0)
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if r.ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return r.ctx.Err()
+			}
+			if natsnode.Transient(err) || errors.Is(err, jetstream.ErrNoHeartbeat) {
+				// The pull goes on by itself (a leader changed, a heartbeat
+				// was late under load).
+				continue
+			}
+			return err
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			_ = msg.Term()
+			continue
+		}
+		if md.Sequence.Stream <= last {
+			_ = msg.Ack() // a redelivery of what this run processed
+			continue
+		}
+		last = md.Sequence.Stream
+		if err := ps.deliver(r, msg, md, &skip); err != nil {
+			return err
+		}
+	}
+}
+
+// deliver hands one message's events to the partition.
+func (ps *partState) deliver(r *ownerRun, msg jetstream.Msg, md *jetstream.MsgMetadata, skip *int) error {
+	recs, err := runtime.DecodeRecords(msg.Data())
+	if err != nil {
+		ps.st.n.log.Error("unreadable message in the log: skipped", append(ps.log(), "seq", md.Sequence.Stream, "err", err)...)
+		ps.st.n.stats.poison.Add(1)
+		_ = msg.Term()
+		return nil
+	}
+	if *skip > 0 {
+		recs = recs[min(*skip, len(recs)):]
+		*skip = 0
+	}
+	ps.lag.Store(int64(md.NumPending)*int64(max(len(recs), 1)) + ps.st.job.Depth(ps.p))
+	if len(recs) == 0 {
+		return msg.Ack()
+	}
+	ps.ring.add(len(recs), md.Sequence.Stream)
+	err = ps.st.job.Deliver(r.ctx, ps.p, recs, func(uint64) { _ = msg.Ack() })
+	if err != nil {
+		return fmt.Errorf("delivering to the partition: %w", err)
+	}
+	return nil
+}
+
+// announce publishes the take-over as a failover message and logs it.
+func (ps *partState) announce(r *ownerRun, prev, pos position, took time.Duration) {
+	n := ps.st.n
+	p := ps.p
+	f := runtime.Failover{Partition: &p, From: prev.from, To: n.cfg.Node, Token: r.token, Graceful: prev.graceful,
+		TookMs: took.Milliseconds(), ReplayFrom: pos.resume}
+	if !prev.at.IsZero() {
+		f.SinceLastWriteMs = time.Since(prev.at).Milliseconds()
+	}
+	if f.From == n.cfg.Node {
+		f.From = ""
+	}
+	n.stats.takeovers.Add(1)
+	if !f.Graceful && f.From != "" {
+		n.stats.failovers.Add(1)
+	}
+	n.recordMove(ps.st.name(), f)
+	n.log.Info("partition taken over", append(ps.log(), "from", f.From, "graceful", f.Graceful, "token", r.token,
+		"replay_from", pos.resume, "took", took.String())...)
+	if msg, err := runtime.EncodeFailover(ps.st.name(), time.Now().UnixMilli(), f); err == nil {
+		n.engine.Hub().Publish(ps.st.name(), runtime.TypeFailover, msg)
+	}
+}
+
+// posRing maps the partition's event sequence numbers to the log messages
+// they came from, for the backups' resume positions.
+type posRing struct {
+	mu      sync.Mutex
+	next    uint64 // sequence number of the next event delivered
+	entries []posEntry
+	// base is the position of the restored state (or of the last
+	// backup): where to resume while nothing newer is in the state.
+	base position
+}
+
+type posEntry struct {
+	first, last uint64 // event sequence numbers
+	seq         uint64 // the message's stream sequence
+}
+
+const maxRing = 1 << 16
+
+func (r *posRing) reset(base position) {
+	r.mu.Lock()
+	r.next, r.entries, r.base = base.rec+1, r.entries[:0], base
+	r.mu.Unlock()
+}
+
+func (r *posRing) add(n int, seq uint64) {
+	r.mu.Lock()
+	if len(r.entries) == maxRing {
+		r.entries = append(r.entries[:0], r.entries[maxRing/2:]...)
+	}
+	r.entries = append(r.entries, posEntry{r.next, r.next + uint64(n) - 1, seq})
+	r.next += uint64(n)
+	r.mu.Unlock()
+}
+
+// position says where to resume once the events up to rec are in the
+// state, as (resume, skip) of stateHeader; ok false when the ring no
+// longer knows rec (the backup is then not written).
+func (r *posRing) position(rec uint64) (resume uint64, skip int, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec == r.base.rec {
+		return r.base.resume, r.base.skip, true
+	}
+	for i := len(r.entries) - 1; i >= 0; i-- {
+		e := r.entries[i]
+		if rec > e.last {
+			break
+		}
+		if rec >= e.first {
+			if rec == e.last {
+				return e.seq + 1, 0, true
+			}
+			return e.seq, int(rec - e.first + 1), true
+		}
+	}
+	return 0, 0, false
+}
+
+func (r *posRing) basePosition() position {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.base
+}
+
+// backedUp makes rec's position the base and forgets the messages wholly
+// before it.
+func (r *posRing) backedUp(rec, resume uint64, skip int) {
+	r.mu.Lock()
+	r.base = position{rec: rec, resume: resume, skip: skip}
+	i := 0
+	for i < len(r.entries) && r.entries[i].last < rec {
+		i++
+	}
+	r.entries = append(r.entries[:0], r.entries[i:]...)
+	r.mu.Unlock()
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,162 @@
+package cluster
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mlstream/mlstream/cluster/lease"
+	"github.com/mlstream/mlstream/runtime"
+)
+
+// nodeStats are this node's cluster counters.
+type nodeStats struct {
+	published   atomic.Uint64 // log messages published by ingest here
+	forwarded   atomic.Uint64 // outputs forwarded to other nodes
+	views       atomic.Uint64 // partition states installed as views
+	takeovers   atomic.Uint64 // partitions this node took over
+	failovers   atomic.Uint64 // of which from a node that did not hand over
+	backups     atomic.Uint64 // state backups written
+	backupBytes atomic.Int64
+	poison      atomic.Uint64 // unreadable log messages skipped
+
+	mu    sync.Mutex
+	moves []Move // the latest, oldest first
+}
+
+// Move is one change of owner seen by this node (as the new owner).
+type Move struct {
+	Job string `json:"job"`
+	runtime.Failover
+	At time.Time `json:"at"`
+}
+
+const maxMoves = 50
+
+func (n *Node) recordMove(job string, f runtime.Failover) {
+	n.stats.mu.Lock()
+	defer n.stats.mu.Unlock()
+	n.stats.moves = append(n.stats.moves, Move{Job: job, Failover: f, At: time.Now().UTC()})
+	if len(n.stats.moves) > maxMoves {
+		n.stats.moves = n.stats.moves[len(n.stats.moves)-maxMoves:]
+	}
+}
+
+// Status is GET /v1/cluster: the nodes, who owns what, and this node's
+// counters.
+type Status struct {
+	Node   string           `json:"node"`
+	Nodes  []lease.NodeInfo `json:"nodes"`
+	Jobs   []JobOwners      `json:"jobs"`
+	Counts Counts           `json:"counts"`
+	Moves  []Move           `json:"moves"`
+	Config StatusConfig     `json:"config"`
+}
+
+// JobOwners is who owns each partition of a job (and its global unit).
+type JobOwners struct {
+	Job        string      `json:"job"`
+	Partitions []PartOwner `json:"partitions"`
+	Global     *PartOwner  `json:"global,omitempty"`
+	// ModelVersion is the delta stream position this node's model holds
+	// (jobs that share deltas).
+	ModelVersion uint64 `json:"model_version,omitempty"`
+	LostDeltas   uint64 `json:"lost_deltas,omitempty"`
+}
+
+// PartOwner is one lease.
+type PartOwner struct {
+	Partition int     `json:"partition"`
+	Node      string  `json:"node,omitempty"` // "" while nobody holds it
+	Token     uint64  `json:"token,omitempty"`
+	AgeMs     int64   `json:"lease_age_ms"` // since the holder last renewed
+	Since     string  `json:"since,omitempty"`
+	Lag       *int64  `json:"lag,omitempty"` // events behind, when this node owns it
+	Processed *uint64 `json:"processed,omitempty"`
+}
+
+// Counts are this node's counters.
+type Counts struct {
+	Published   uint64 `json:"published_messages"`
+	Forwarded   uint64 `json:"forwarded_outputs"`
+	Views       uint64 `json:"views_installed"`
+	Takeovers   uint64 `json:"takeovers"`
+	Failovers   uint64 `json:"failovers"`
+	Backups     uint64 `json:"backups"`
+	BackupBytes int64  `json:"backup_bytes"`
+	Poison      uint64 `json:"unreadable_messages"`
+}
+
+// StatusConfig is the cluster configuration this node runs with.
+type StatusConfig struct {
+	Replicas       int    `json:"replicas"`
+	Storage        string `json:"storage"`
+	LeaseTTL       string `json:"lease_ttl"`
+	StreamGroups   int    `json:"stream_groups"`
+	RetentionAge   string `json:"retention_age"`
+	RetentionBytes int64  `json:"retention_bytes"`
+	MaxLag         int64  `json:"max_lag"`
+}
+
+// ClusterStatus is api.ClusterView's.
+func (n *Node) ClusterStatus() any { return n.Status() }
+
+// Status is the cluster as this node sees it.
+func (n *Node) Status() Status {
+	s := Status{Node: n.cfg.Node, Counts: n.counts(), Config: n.statusConfig()}
+	owners := map[string]lease.Owner{}
+	if n.leases != nil {
+		s.Nodes = n.leases.Nodes()
+		owners = n.leases.Owners()
+	}
+	jobs := n.jobsList()
+	sort.Slice(jobs, func(i, k int) bool { return jobs[i].name() < jobs[k].name() })
+	for _, st := range jobs {
+		s.Jobs = append(s.Jobs, st.owners(owners))
+	}
+	n.stats.mu.Lock()
+	s.Moves = append([]Move(nil), n.stats.moves...)
+	n.stats.mu.Unlock()
+	return s
+}
+
+func (n *Node) counts() Counts {
+	st := &n.stats
+	return Counts{Published: st.published.Load(), Forwarded: st.forwarded.Load(), Views: st.views.Load(),
+		Takeovers: st.takeovers.Load(), Failovers: st.failovers.Load(), Backups: st.backups.Load(),
+		BackupBytes: st.backupBytes.Load(), Poison: st.poison.Load()}
+}
+
+func (n *Node) statusConfig() StatusConfig {
+	c := n.cfg
+	return StatusConfig{Replicas: c.Replicas, Storage: c.storage().String(), LeaseTTL: c.LeaseTTL.String(),
+		StreamGroups: c.StreamGroups, RetentionAge: c.RetentionAge.String(), RetentionBytes: c.RetentionBytes, MaxLag: c.MaxLag}
+}
+
+func (st *jobState) owners(all map[string]lease.Owner) JobOwners {
+	jo := JobOwners{Job: st.name()}
+	for p, ps := range st.parts {
+		po := partOwner(p, all[leaseKey(st.name(), p)])
+		if ps.owned.Load() {
+			lag := ps.lag.Load()
+			po.Lag = &lag
+		}
+		jo.Partitions = append(jo.Partitions, po)
+	}
+	if st.share != nil {
+		g := partOwner(-1, all[leaseKey(st.name(), -1)])
+		jo.Global = &g
+		jo.ModelVersion = st.share.applied.Load()
+		jo.LostDeltas = st.share.lost.Load()
+	}
+	return jo
+}
+
+func partOwner(p int, o lease.Owner) PartOwner {
+	po := PartOwner{Partition: p, Node: o.Node, Token: o.Token, AgeMs: o.Age.Milliseconds()}
+	if !o.Since.IsZero() {
+		po.Since = o.Since.UTC().Format(time.RFC3339)
+	}
+	return po
+}

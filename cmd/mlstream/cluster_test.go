@@ -1,0 +1,442 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mlstream/mlstream/client"
+	"github.com/mlstream/mlstream/cluster"
+	"github.com/mlstream/mlstream/internal/gen"
+)
+
+// testCluster is n nodes of the binary on loopback, each with its own
+// data directory, clustered by the embedded NATS servers' routes.
+type testCluster struct {
+	t      *testing.T
+	nodes  []*proc
+	args   [][]string
+	routes []string
+}
+
+const clusterTTL = "2s"
+
+func startTestCluster(t *testing.T, n int, extra ...string) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t}
+	for range n {
+		c.routes = append(c.routes, freeAddr(t))
+	}
+	peers := strings.Join(c.routes, ",")
+	for i := range n {
+		args := []string{"serve", "--addr", freeAddr(t), "--data", t.TempDir(), "--node", nodeName(i),
+			"--cluster", c.routes[i], "--peers", peers, "--lease-ttl", clusterTTL, "--partitions", "6"}
+		c.args = append(c.args, append(args, extra...))
+	}
+	// Started together: a clustered node has no JetStream until a
+	// majority of its peers is up.
+	for i := range n {
+		c.nodes = append(c.nodes, start(t, c.args[i]...))
+	}
+	for _, p := range c.nodes {
+		p.url()
+	}
+	return c
+}
+
+func nodeName(i int) string { return fmt.Sprintf("n%d", i+1) }
+
+func (c *testCluster) url(i int) string { return c.nodes[i].url() }
+
+// restart starts node i again with its data directory.
+func (c *testCluster) restart(i int) {
+	c.nodes[i] = start(c.t, c.args[i]...)
+	c.nodes[i].url()
+}
+
+// status is GET /v1/cluster of node i.
+func (c *testCluster) status(i int) cluster.Status {
+	c.t.Helper()
+	var s cluster.Status
+	getJSON(c.t, c.url(i)+"/v1/cluster", &s)
+	return s
+}
+
+// owners counts, as node i sees them, the partitions of job each node
+// owns ("" for none).
+func (c *testCluster) owners(i int, job string) map[string]int {
+	out := map[string]int{}
+	for _, j := range c.status(i).Jobs {
+		if j.Job == job {
+			for _, p := range j.Partitions {
+				out[p.Node]++
+			}
+		}
+	}
+	return out
+}
+
+// waitOwned waits until node i sees every partition of job owned by one
+// of the nodes in want (and each of them owning at least one).
+func (c *testCluster) waitOwned(i int, job string, within time.Duration, want ...string) map[string]int {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		o := c.owners(i, job)
+		ok := o[""] == 0 && len(o) == len(want)
+		for _, w := range want {
+			ok = ok && o[w] > 0
+		}
+		if ok {
+			return o
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("job %s: owners %v, want all partitions over %v", job, o, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func putJobAt(t *testing.T, url, spec string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, url+"/v1/jobs/"+jobNameOf(t, spec), strings.NewReader(spec))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		var e map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		t.Fatalf("PUT job: %d %v", resp.StatusCode, e)
+	}
+}
+
+func jobNameOf(t *testing.T, spec string) string {
+	var s struct{ Name string }
+	if err := json.Unmarshal([]byte(spec), &s); err != nil || s.Name == "" {
+		t.Fatalf("spec without a name: %s", spec)
+	}
+	return s.Name
+}
+
+// clickBody is n events {"item": "i<k>"} for a heavy-hitters job, from
+// offset on.
+func clickBody(offset, n int) []byte {
+	var b []byte
+	for k := offset; k < offset+n; k++ {
+		b = fmt.Appendf(b, `{"item":"i%d","user":"u%d"}`+"\n", k%97, k%1013)
+	}
+	return b
+}
+
+// retryingPost posts body to node url, retrying 429 and connection
+// errors (a node being killed) until accepted or the deadline; it
+// reports whether the events were accepted.
+func retryingPost(ctx context.Context, url, stream string, body []byte) (bool, error) {
+	c, err := client.New(url, client.Config{Retry: client.RetryPolicy{MaxRetries: -1}})
+	if err != nil {
+		return false, err
+	}
+	for ctx.Err() == nil {
+		_, err := c.PostEvents(ctx, stream, body)
+		if err == nil {
+			return true, nil
+		}
+		var ae *client.Error
+		if errors.As(err, &ae) && ae.Status != http.StatusTooManyRequests && ae.Status != http.StatusServiceUnavailable {
+			return false, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false, ctx.Err()
+}
+
+// topTotal is the heavy-hitters job's total count as node url answers it.
+func topTotal(t *testing.T, url, job string) uint64 {
+	t.Helper()
+	tk, err := clientOf(t, url).TopK(t.Context(), job, 5, "")
+	if err != nil {
+		t.Fatalf("topk on %s: %v", url, err)
+	}
+	return tk.Total
+}
+
+// waitTotal waits until node url counts want events in job.
+func waitTotal(t *testing.T, url, job string, want uint64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := topTotal(t, url, job)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s on %s counts %d events, want %d (every acknowledged event)", job, url, got, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+const hhSpec = `{"name":"top","kind":"heavy_hitters","input":"clicks","partitions":6,"params":{"field":"item","k":10,"counters":500},"ft":{"mode":"approx"}}`
+
+// Three nodes take a logreg job, a heavy-hitters job and a join: a job
+// PUT on one node runs on all, events posted to any node are counted
+// once, partitions spread over the nodes, and queries and predictions
+// answer on every node.
+func TestClusterRunsEveryKind(t *testing.T) {
+	c := startTestCluster(t, 3)
+	putJobAt(t, c.url(0), hhSpec)
+	putJobAt(t, c.url(1), `{"name":"spam","kind":"logreg","input":"mail","partitions":6,"params":{"hash_bits":16}}`)
+	putJobAt(t, c.url(2), `{"name":"pairs","kind":"join","left":"clicks","right":"views","partitions":3,"params":{"on":"user","within":"1m"}}`)
+	for i := range 3 {
+		for _, job := range []string{"top", "spam", "pairs"} {
+			getJob(t, c.url(i), job, nil)
+		}
+	}
+	owners := c.waitOwned(0, "top", 30*time.Second, "n1", "n2", "n3")
+	for n, k := range owners {
+		if k != 2 {
+			t.Errorf("node %s owns %d of 6 partitions of top, want 2 each: %v", n, k, owners)
+		}
+	}
+	sent := 0
+	for i := range 30 {
+		sent += postNDJSON(t, c.url(i%3), "clicks", clickBody(i*200, 200))
+	}
+	for i := range 3 {
+		waitTotal(t, c.url(i), "top", uint64(sent), 30*time.Second)
+	}
+	g := gen.New(gen.Config{Seed: 5})
+	for i := range 12 {
+		events := make([]gen.Event, 500)
+		for k := range events {
+			events[k] = g.Next()
+		}
+		postEvents(t, c.url(i%3), events)
+	}
+	held := gen.New(gen.Config{Seed: 99})
+	test := make([]gen.Event, 400)
+	for k := range test {
+		test[k] = held.Next()
+	}
+	for i := range 3 {
+		acc := heldOutAccuracy(t, c.url(i), test)
+		if acc < 0.8 {
+			t.Errorf("node %d predicts with accuracy %.3f, want ≥ 0.8", i+1, acc)
+		}
+	}
+}
+
+// Kill -9 of one node of three while events stream in: its partitions
+// are taken over by the survivors, queries on the survivors answer all
+// along, and every acknowledged event is counted once in the end.
+func TestClusterKill9LosesNothingAcknowledged(t *testing.T) {
+	c := startTestCluster(t, 3)
+	putJobAt(t, c.url(0), hhSpec)
+	c.waitOwned(0, "top", 30*time.Second, "n1", "n2", "n3")
+
+	probe := startProbe(t, []string{c.url(0), c.url(1)}, "top")
+	var acked atomic.Int64
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				ok, _ := retryingPost(ctx, c.url(w), "clicks", clickBody(i*100, 100))
+				if ok {
+					acked.Add(100)
+				}
+			}
+		}()
+	}
+	waitUntil(t, 30*time.Second, "events flowing", func() bool { return acked.Load() > 2000 })
+	kill9(t, c.nodes[2])
+	killed := time.Now()
+	c.waitOwned(0, "top", 30*time.Second, "n1", "n2")
+	t.Logf("partitions of n3 serving again on n1 and n2 %s after kill -9", time.Since(killed).Round(time.Millisecond))
+	waitUntil(t, 30*time.Second, "more events after the kill", func() bool { return acked.Load() > 8000 })
+	cancel()
+	wg.Wait()
+	gaps := probe.stop()
+	waitTotal(t, c.url(0), "top", uint64(acked.Load()), 60*time.Second)
+	waitTotal(t, c.url(1), "top", uint64(acked.Load()), 60*time.Second)
+	if gaps.failures > 0 {
+		t.Errorf("queries on the survivors failed %d times during the failover; longest gap %s", gaps.failures, gaps.longest)
+	}
+	t.Logf("longest gap of the 10 Hz query probe on the survivors: %s", gaps.longest)
+}
+
+// A node stopped (SIGSTOP) past its lease loses its partitions; when it
+// resumes, it writes nothing over the new owners' state: the counts stay
+// exact.
+func TestClusterPausedNodeIsFencedOff(t *testing.T) {
+	c := startTestCluster(t, 3)
+	putJobAt(t, c.url(0), hhSpec)
+	c.waitOwned(0, "top", 30*time.Second, "n1", "n2", "n3")
+	sent := 0
+	for i := range 10 {
+		sent += postNDJSON(t, c.url(i%3), "clicks", clickBody(i*100, 100))
+	}
+	waitTotal(t, c.url(0), "top", uint64(sent), 30*time.Second)
+	paused := c.nodes[2]
+	if err := paused.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = paused.cmd.Process.Signal(syscall.SIGCONT) }()
+	c.waitOwned(0, "top", 30*time.Second, "n1", "n2")
+	for i := 10; i < 20; i++ {
+		ok, err := retryingPost(t.Context(), c.url(i%2), "clicks", clickBody(i*100, 100))
+		if !ok {
+			t.Fatal(err)
+		}
+		sent += 100
+	}
+	waitTotal(t, c.url(0), "top", uint64(sent), 30*time.Second)
+	if err := paused.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// The woken node finds its leases gone and rejoins; whatever it
+	// still had in hand must not overwrite the others' state.
+	c.waitOwned(0, "top", 30*time.Second, "n1", "n2", "n3")
+	for i := 20; i < 30; i++ {
+		sent += postNDJSON(t, c.url(i%3), "clicks", clickBody(i*100, 100))
+	}
+	for i := range 3 {
+		waitTotal(t, c.url(i), "top", uint64(sent), 30*time.Second)
+	}
+}
+
+// A node killed and restarted with its data directory rejoins and takes
+// partitions back; nothing acknowledged is lost on the way.
+func TestClusterRestartedNodeRejoins(t *testing.T) {
+	c := startTestCluster(t, 3)
+	putJobAt(t, c.url(0), hhSpec)
+	c.waitOwned(0, "top", 30*time.Second, "n1", "n2", "n3")
+	sent := 0
+	for i := range 10 {
+		sent += postNDJSON(t, c.url(i%3), "clicks", clickBody(i*100, 100))
+	}
+	kill9(t, c.nodes[2])
+	c.waitOwned(0, "top", 30*time.Second, "n1", "n2")
+	c.restart(2)
+	c.waitOwned(0, "top", 60*time.Second, "n1", "n2", "n3")
+	for i := 10; i < 20; i++ {
+		sent += postNDJSON(t, c.url(i%3), "clicks", clickBody(i*100, 100))
+	}
+	for i := range 3 {
+		waitTotal(t, c.url(i), "top", uint64(sent), 30*time.Second)
+	}
+}
+
+// Two nodes use an external NATS server (built from the module we
+// embed) instead of the embedded one.
+func TestClusterOnExternalNATS(t *testing.T) {
+	url := startNATSServer(t)
+	var nodes []*proc
+	for i := range 2 {
+		nodes = append(nodes, start(t, "serve", "--addr", freeAddr(t), "--data", t.TempDir(), "--node", nodeName(i),
+			"--nats", url, "--lease-ttl", clusterTTL, "--partitions", "4"))
+	}
+	u0, u1 := nodes[0].url(), nodes[1].url()
+	putJobAt(t, u0, strings.Replace(hhSpec, `"partitions":6`, `"partitions":4`, 1))
+	getJob(t, u1, "top", nil)
+	sent := postNDJSON(t, u1, "clicks", clickBody(0, 500)) + postNDJSON(t, u0, "clicks", clickBody(500, 500))
+	waitTotal(t, u0, "top", uint64(sent), 30*time.Second)
+	waitTotal(t, u1, "top", uint64(sent), 30*time.Second)
+}
+
+// startNATSServer builds nats-server from the module and runs it with
+// JetStream on a free port; it returns its URL.
+func startNATSServer(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "nats-server")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
+		t.Skipf("cannot build nats-server: %v\n%s", err, out)
+	}
+	addr := freeAddr(t)
+	_, port, _ := strings.Cut(addr, ":")
+	cmd := exec.Command(bin, "-js", "-sd", filepath.Join(dir, "store"), "-a", "127.0.0.1", "-p", port)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return "nats://" + addr
+}
+
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// probe queries a job on some nodes ten times a second and measures the
+// longest time without an answer.
+type probe struct {
+	cancel func()
+	done   chan gapStats
+}
+
+type gapStats struct {
+	failures int
+	longest  time.Duration
+}
+
+func startProbe(t *testing.T, urls []string, job string) *probe {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &probe{cancel: cancel, done: make(chan gapStats, 1)}
+	go func() {
+		var g gapStats
+		last := time.Now()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				p.done <- g
+				return
+			case <-tick.C:
+			}
+			for _, u := range urls {
+				c, _ := client.New(u, client.Config{Retry: client.RetryPolicy{MaxRetries: -1}, RequestTimeout: time.Second})
+				if _, err := c.TopK(ctx, job, 5, ""); err != nil {
+					if ctx.Err() == nil {
+						g.failures++
+					}
+					continue
+				}
+				now := time.Now()
+				g.longest = max(g.longest, now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	t.Cleanup(cancel)
+	return p
+}
+
+func (p *probe) stop() gapStats {
+	p.cancel()
+	return <-p.done
+}

@@ -1,0 +1,190 @@
+package runtime
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Cluster is the engine's seam to cluster mode (package cluster). With
+// Config.Cluster set, a request's records do not go to the local queues:
+// Publish makes them durable in the cluster's log, and the node that owns
+// each partition reads them back and hands them to Job.Deliver. The
+// engine still extracts and validates every event where it arrives, so a
+// request is refused whole, with the same errors, on any node.
+type Cluster interface {
+	// Attach is called for every new job before its partitions start:
+	// the cluster gives the kind its fault tolerance (Job.SetFT) and, for
+	// a Sharing kind, its delta channel.
+	Attach(j *Job) error
+	// Detach is called once the job's partitions stopped.
+	Detach(j *Job)
+	// Publish makes one request's records of job j durable: parts[p] are
+	// partition p's (many may be empty). An error wrapping ErrBusy means
+	// the cluster is behind and the request should be retried later.
+	Publish(ctx context.Context, j *Job, parts [][]Record) error
+}
+
+// ErrNotOwner is returned by Deliver after the partition stopped taking
+// events (its job is being deleted or the engine closing).
+var ErrNotOwner = errors.New("runtime: the partition takes no more events")
+
+// Partitions is the job's partition count.
+func (j *Job) Partitions() int { return len(j.parts) }
+
+// Units are the job's units of state under fault tolerance (nil when its
+// kind has none).
+func (j *Job) Units() []Unit {
+	if ft, ok := j.kind.instance().(FaultTolerant); ok {
+		return ft.Units()
+	}
+	return nil
+}
+
+// SetFT gives the job's kind the fault tolerance it drives (cluster mode;
+// in single-node mode the engine does this itself). Call from Attach.
+func (j *Job) SetFT(f FT) bool {
+	ft, ok := j.kind.instance().(FaultTolerant)
+	if ok {
+		ft.SetFT(f)
+	}
+	return ok
+}
+
+// Sharing is the job's kind as a Sharing one, if it is.
+func (j *Job) Sharing() (Sharing, bool) {
+	s, ok := j.kind.instance().(Sharing)
+	return s, ok
+}
+
+// Deliver queues records read back from the cluster's log for partition
+// p, waiting for room until ctx ends. They get the partition's next
+// sequence numbers; done (may be nil) is called on the partition's
+// goroutine once they are processed, with the sequence number of the
+// last. recs must stay untouched until then.
+func (j *Job) Deliver(ctx context.Context, p int, recs []Record, done func(lastSeq uint64)) error {
+	q := j.parts[p].q
+	n := len(recs)
+	if int64(n) > q.capacity {
+		return fmt.Errorf("%w: %d events for a queue of %d", ErrTooLarge, n, q.capacity)
+	}
+	if err := q.reserve(ctx, n); err != nil {
+		return err
+	}
+	b := &batch{recs: recs, enqueued: time.Now()}
+	if done != nil && n > 0 {
+		b.after = func() { done(recs[n-1].Seq) }
+	}
+	if err := q.pushBatch(b); err != nil {
+		q.unreserve(n)
+		return ErrNotOwner
+	}
+	j.accepted.Add(uint64(n))
+	return nil
+}
+
+// Do runs fn on partition p's goroutine, after what is queued before it
+// and before what comes after, and waits for it (or for ctx). The
+// cluster restores and installs state this way, never racing the
+// operator.
+func (j *Job) Do(ctx context.Context, p int, fn func()) error {
+	ran := make(chan struct{})
+	b := &batch{run: func() { fn(); close(ran) }, enqueued: time.Now()}
+	if err := j.parts[p].q.pushBatch(b); err != nil {
+		return ErrNotOwner
+	}
+	select {
+	case <-ran:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// NextSeq is the sequence number partition p gives its next event.
+func (j *Job) NextSeq(p int) uint64 { return j.parts[p].q.lastSeq() + 1 }
+
+// SetNextSeq numbers partition p's next event seq: after its state was
+// restored from a backup holding the events up to seq-1, so that events
+// replayed from the log get the numbers they had. Call through Do.
+func (j *Job) SetNextSeq(p int, seq uint64) { j.parts[p].q.setNextSeq(seq) }
+
+// Depth is how many events partition p has queued or in process.
+func (j *Job) Depth(p int) int64 { return j.parts[p].q.depth.Load() }
+
+// CheckSpec validates spec as PutJob would, without starting anything,
+// and returns it with its defaults filled in: for a cluster, which stores
+// the spec before any node runs it.
+func (e *Engine) CheckSpec(spec Spec) (Spec, error) {
+	if err := spec.validate(e.cfg.Partitions, e.cfg.QueueSize); err != nil {
+		return spec, err
+	}
+	if _, err := newKindJob(spec); err != nil {
+		return spec, err
+	}
+	mem, err := estimateMemory(spec, false)
+	if err != nil {
+		return spec, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if old, ok := e.mu.jobs[spec.Name]; ok && !sameSpec(old.spec, spec) {
+		return spec, fmt.Errorf("%w: %q", ErrJobExists, spec.Name)
+	}
+	return spec, e.admit(spec.Name, mem)
+}
+
+// AppendRecords encodes recs for the cluster's log (the item log's record
+// format, each record length-prefixed) after a count.
+func AppendRecords(b []byte, recs []Record) []byte {
+	b = binary.AppendUvarint(b, uint64(len(recs)))
+	var rec []byte
+	for i := range recs {
+		rec = appendRecord(rec[:0], &recs[i])
+		b = binary.AppendUvarint(b, uint64(len(rec)))
+		b = append(b, rec...)
+	}
+	return b
+}
+
+// DecodeRecords is the inverse of AppendRecords. The records' strings and
+// features are their own (copied from data). A count or length larger
+// than the data holds is refused before anything is allocated for it.
+func DecodeRecords(data []byte) ([]Record, error) {
+	n, k := binary.Uvarint(data)
+	if k <= 0 || n > uint64(len(data)) {
+		return nil, errBadRecord
+	}
+	data = data[k:]
+	recs := make([]Record, n)
+	var a arena
+	for i := range recs {
+		l, k := binary.Uvarint(data)
+		if k <= 0 || l > uint64(len(data)-k) {
+			return nil, errBadRecord
+		}
+		if err := decodeRecord(data[k:k+int(l)], &recs[i], &a); err != nil {
+			return nil, err
+		}
+		data = data[k+int(l):]
+	}
+	if len(data) != 0 {
+		return nil, errBadRecord
+	}
+	return recs, nil
+}
+
+// Flush has partition p's operator merge what it holds (Operator.Idle)
+// on its goroutine, after everything queued before, then runs then (may
+// be nil) there too: a graceful hand-off takes its last backup this way.
+func (j *Job) Flush(ctx context.Context, p int, then func()) error {
+	part := j.parts[p]
+	return j.Do(ctx, p, func() {
+		part.op.idle(false)
+		if then != nil {
+			then()
+		}
+	})
+}
