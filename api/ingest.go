@@ -183,6 +183,13 @@ type ingestResponse struct {
 
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 	stream := chi.URLParam(r, "stream")
+	key := r.Header.Get("Idempotency-Key")
+	if err := checkIdempotencyKey(key); err != nil {
+		discardBody(w, r, s.cfg.MaxBodyBytes)
+		s.engine.Refused(stream, "bad_input", 1)
+		writeError(w, http.StatusBadRequest, apiError{Error: err.Error(), Field: "Idempotency-Key"})
+		return
+	}
 	b, err := s.engine.NewBatch(stream)
 	if err != nil {
 		discardBody(w, r, s.cfg.MaxBodyBytes)
@@ -211,12 +218,29 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, stream, err, events)
 		return
 	}
-	accepted, err := b.Commit(r.Context())
+	accepted, err := b.Commit(runtime.WithIngestKey(r.Context(), key))
 	if err != nil {
 		s.engineError(w, stream, err, n)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, ingestResponse{Accepted: accepted, Shed: b.Shed()})
+}
+
+// maxIdempotencyKey is the longest Idempotency-Key header taken.
+const maxIdempotencyKey = 128
+
+// checkIdempotencyKey accepts an empty key or up to 128 characters of
+// [A-Za-z0-9_.:-] (they become part of message ids in cluster mode).
+func checkIdempotencyKey(key string) error {
+	if len(key) > maxIdempotencyKey {
+		return fmt.Errorf("Idempotency-Key: at most %d characters, got %d", maxIdempotencyKey, len(key))
+	}
+	for _, c := range key {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' || c == ':') {
+			return fmt.Errorf("Idempotency-Key: only letters, digits and _ - . : are allowed, got %q", c)
+		}
+	}
+	return nil
 }
 
 // refuse answers a body that cannot be taken, and counts its events as
@@ -264,7 +288,11 @@ func (s *Server) engineError(w http.ResponseWriter, stream string, err error, ev
 		d := s.engine.RetryAfter(stream)
 		secs := int(math.Ceil(d.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-		writeError(w, http.StatusTooManyRequests, apiError{Error: "queues are full: " + err.Error() + "; nothing of this request was accepted, retry later", RetryAfterMs: d.Milliseconds()})
+		msg := "queues are full: " + err.Error() + "; nothing of this request was accepted, retry later"
+		if s.cfg.Cluster != nil {
+			msg = "the cluster is behind: " + err.Error() + "; part of this request may be stored: retry it with the same Idempotency-Key header, and only the rest is added"
+		}
+		writeError(w, http.StatusTooManyRequests, apiError{Error: msg, RetryAfterMs: d.Milliseconds()})
 	case errors.Is(err, runtime.ErrTooLarge):
 		s.engine.Refused(stream, "too_large", events)
 		writeError(w, http.StatusRequestEntityTooLarge, apiError{Error: err.Error()})

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -28,6 +30,11 @@ func (c *Client) PostEvents(ctx context.Context, stream string, ndjson []byte) (
 
 func (c *Client) postEvents(ctx context.Context, cl *call, stream string, ndjson []byte) (Ingested, error) {
 	cl.method, cl.path, cl.contentType, cl.body = http.MethodPost, path("streams", stream, "events"), ContentNDJSON, ndjson
+	// Every retry of this batch carries the same key: a cluster that
+	// stored part of a refused attempt adds only the rest.
+	if cl.key == "" {
+		cl.key = newIdempotencyKey()
+	}
 	var out Ingested
 	_, err := c.do(ctx, cl, &out)
 	return out, err
@@ -197,4 +204,11 @@ func (c *Client) WaitReady(ctx context.Context) error {
 			return fmt.Errorf("waiting for the server to be ready: %w (last: %v)", ctx.Err(), err)
 		}
 	}
+}
+
+// newIdempotencyKey is a random key for one batch and its retries.
+func newIdempotencyKey() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -163,10 +163,12 @@ func newError(status int, h http.Header, body []byte, now time.Time) *Error {
 // call is one API request.
 type call struct {
 	method, path string
-	query        url.Values
-	contentType  string
-	body         []byte
-	noRetry      bool
+	// key is the Idempotency-Key every attempt of the call carries.
+	key         string
+	query       url.Values
+	contentType string
+	body        []byte
+	noRetry     bool
 	// okStatus is a status besides 2xx that is an answer, not an error
 	// (readyz's 503).
 	okStatus int
@@ -272,6 +274,9 @@ func (c *Client) newRequest(ctx context.Context, cl *call) (*http.Request, error
 	}
 	if cl.contentType != "" {
 		req.Header.Set("Content-Type", cl.contentType)
+	}
+	if cl.key != "" {
+		req.Header.Set("Idempotency-Key", cl.key)
 	}
 	c.setHeaders(req.Header)
 	return req, nil

@@ -43,7 +43,7 @@ func (n *Node) Publish(ctx context.Context, j *runtime.Job, parts [][]runtime.Re
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.PublishWait)
 	defer cancel()
-	msgs := st.messages(parts)
+	msgs := st.messages(parts, runtime.IngestKey(ctx))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for {
 		if err := n.publishAll(ctx, msgs, futures); err != nil {
@@ -63,10 +63,16 @@ func (n *Node) Publish(ctx context.Context, j *runtime.Job, parts [][]runtime.Re
 	}
 }
 
-// messages encodes parts as log messages with ids.
-func (st *jobState) messages(parts [][]runtime.Record) []*nats.Msg {
+// messages encodes parts as log messages with ids: from the request's
+// idempotency key when it has one, so that a client's retry of a request
+// that was partly stored adds only the rest (within JetStream's duplicate
+// window, 2 minutes).
+func (st *jobState) messages(parts [][]runtime.Record, key string) []*nats.Msg {
 	var msgs []*nats.Msg
 	req := nuid.Next()
+	if key != "" {
+		req = "k." + key + "." + st.id
+	}
 	for p, recs := range parts {
 		for i := 0; len(recs) > 0; i++ {
 			k := min(len(recs), maxMsgRecords)

@@ -188,3 +188,22 @@ func (j *Job) Flush(ctx context.Context, p int, then func()) error {
 		}
 	})
 }
+
+// ingestKey is the context key of a request's idempotency key.
+type ingestKey struct{}
+
+// WithIngestKey gives a request's idempotency key (the Idempotency-Key
+// header) to Commit: in cluster mode the cluster's log drops a retried
+// request's messages that it stored already.
+func WithIngestKey(ctx context.Context, key string) context.Context {
+	if key == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, ingestKey{}, key)
+}
+
+// IngestKey is the request's idempotency key ("" when none).
+func IngestKey(ctx context.Context) string {
+	k, _ := ctx.Value(ingestKey{}).(string)
+	return k
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -142,26 +141,19 @@ func clickBody(offset, n int) []byte {
 	return b
 }
 
-// retryingPost posts body to node url, retrying 429 and connection
-// errors (a node being killed) until accepted or the deadline; it
-// reports whether the events were accepted.
+// retryingPost posts body to node url with the client's retries (429,
+// 503, connection errors: a node being killed), every attempt carrying
+// the same Idempotency-Key; it reports whether the events were accepted.
 func retryingPost(ctx context.Context, url, stream string, body []byte) (bool, error) {
-	c, err := client.New(url, client.Config{Retry: client.RetryPolicy{MaxRetries: -1}})
+	c, err := client.New(url, client.Config{Retry: client.RetryPolicy{MaxRetries: 1000, GiveUpAfter: time.Minute,
+		Backoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}})
 	if err != nil {
 		return false, err
 	}
-	for ctx.Err() == nil {
-		_, err := c.PostEvents(ctx, stream, body)
-		if err == nil {
-			return true, nil
-		}
-		var ae *client.Error
-		if errors.As(err, &ae) && ae.Status != http.StatusTooManyRequests && ae.Status != http.StatusServiceUnavailable {
-			return false, err
-		}
-		time.Sleep(50 * time.Millisecond)
+	if _, err := c.PostEvents(ctx, stream, body); err != nil {
+		return false, err
 	}
-	return false, ctx.Err()
+	return true, nil
 }
 
 // topTotal is the heavy-hitters job's total count as node url answers it.
