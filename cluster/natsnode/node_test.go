@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -148,26 +149,35 @@ func TestNoClientListenerByDefault(t *testing.T) {
 	}
 }
 
-func TestStartFailsWhenAPortIsTaken(t *testing.T) {
+// TestStartFailsOnServerFatal covers what a stand-alone nats-server would exit on.
+func TestStartFailsOnServerFatal(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	for _, cfg := range []Config{
-		{Name: "a", ClientAddr: taken.Addr().String()},
-		{Name: "b", ClusterAddr: taken.Addr().String(), Peers: []string{freeAddr(t)}},
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Name: "a", Dir: t.TempDir(), ClientAddr: taken.Addr().String()}, "listening on port"},
+		{Config{Name: "b", Dir: t.TempDir(), ClusterAddr: taken.Addr().String(), Peers: []string{freeAddr(t)}}, "listening on router port"},
+		{Config{Name: "c", Dir: notDir}, "start JetStream"},
 	} {
-		cfg.Dir = t.TempDir()
+		cfg := tc.cfg
 		cfg.Logger = slog.New(slog.DiscardHandler)
 		start := time.Now()
 		n, err := Start(testCtx(t, 20*time.Second), cfg)
 		if err == nil {
 			n.Close()
-			t.Fatalf("%s: Start succeeded on a taken port", cfg.Name)
+			t.Fatalf("%s: Start succeeded", cfg.Name)
 		}
-		if !strings.Contains(err.Error(), "listening") {
-			t.Errorf("%s: error does not name the listener: %v", cfg.Name, err)
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error does not say %q: %v", cfg.Name, tc.want, err)
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("%s: Start took %v to fail", cfg.Name, d)
