@@ -122,8 +122,11 @@ func TestStoreDirWithQuotesAndBackslashes(t *testing.T) {
 
 func TestClientAddrListensForOtherClients(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
-	addr := freeAddr(t)
-	n := startNode(t, ctx, Config{Name: "open", Dir: t.TempDir(), ClientAddr: addr})
+	n := startNode(t, ctx, Config{Name: "open", Dir: t.TempDir(), ClientAddr: "127.0.0.1:0"})
+	addr := n.ClientAddr()
+	if _, port, _ := net.SplitHostPort(addr); port == "" || port == "0" || port == "4222" {
+		t.Fatalf("ClientAddr() = %q, want the free port picked for 127.0.0.1:0", addr)
+	}
 	if _, err := n.JetStream().CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "shared"}); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +147,7 @@ func TestClientAddrListensForOtherClients(t *testing.T) {
 func TestNoClientListenerByDefault(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
 	n := startNode(t, ctx, Config{Name: "closed", Dir: t.TempDir()})
-	if addr := n.srv.Addr(); addr != nil {
+	if addr := n.srv.Addr(); addr != nil || n.ClientAddr() != "" {
 		t.Fatalf("server listens for clients on %v without ClientAddr", addr)
 	}
 }
@@ -218,6 +221,8 @@ func TestConfigRejected(t *testing.T) {
 		{Config{Name: "a"}, "Dir"},
 		{Config{Name: "a", Dir: "d", MaxStore: -1}, "negative"},
 		{Config{Name: "a", Dir: "d", ClientAddr: "4222"}, "ClientAddr"},
+		{Config{Name: "a", Dir: "d", ClientAddr: "localhost:nats"}, "port number"},
+		{Config{Name: "a", Dir: "d", ClusterAddr: "127.0.0.1:0", Peers: []string{self}}, "ClusterAddr"},
 		{Config{Name: "a", Dir: "d", Peers: []string{self}}, "without ClusterAddr"},
 		{Config{Name: "a", Dir: "d", ClusterAddr: self}, "no other node"},
 		{Config{Name: "a", Dir: "d", ClusterAddr: self, Peers: []string{self, self}}, "no other node"},
