@@ -2,6 +2,7 @@ package natsnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -11,8 +12,8 @@ import (
 )
 
 // startCluster starts n embedded nodes clustered on loopback, concurrently: a clustered node
-// cannot get a meta leader alone.
-func startCluster(t *testing.T, ctx context.Context, n int) ([]*Node, []Config) {
+// cannot get a meta leader alone. With clientPorts, every node also listens for other clients.
+func startCluster(t *testing.T, ctx context.Context, n int, clientPorts bool) ([]*Node, []Config) {
 	t.Helper()
 	peers := make([]string, n)
 	for i := range peers {
@@ -21,6 +22,9 @@ func startCluster(t *testing.T, ctx context.Context, n int) ([]*Node, []Config) 
 	cfgs := make([]Config, n)
 	for i := range cfgs {
 		cfgs[i] = Config{Name: fmt.Sprintf("n%d", i+1), Dir: t.TempDir(), ClusterAddr: peers[i], Peers: peers, Logger: testLogger()}
+		if clientPorts {
+			cfgs[i].ClientAddr = freeAddr(t)
+		}
 	}
 	nodes := make([]*Node, n)
 	errs := make([]error, n)
@@ -44,7 +48,7 @@ func startCluster(t *testing.T, ctx context.Context, n int) ([]*Node, []Config) 
 
 func TestThreeNodeCluster(t *testing.T) {
 	ctx := testCtx(t, 40*time.Second)
-	nodes, cfgs := startCluster(t, ctx, 3)
+	nodes, cfgs := startCluster(t, ctx, 3, false)
 	for _, n := range nodes {
 		if got := n.ClusterSize(); got != 3 {
 			t.Errorf("%s: ClusterSize = %d, want 3", n.Name(), got)
@@ -62,7 +66,7 @@ func TestThreeNodeCluster(t *testing.T) {
 	if _, err := kv.Put(ctx, "k", []byte("from n1")); err != nil {
 		t.Fatal(err)
 	}
-	assertKV(t, ctx, nodes[2].JetStream(), "r3", "k", "from n1")
+	assertKVSoon(t, ctx, nodes[2], "r3", "k", "from n1")
 
 	// Whoever led the bucket or the meta group, two of three still make a quorum.
 	if err := nodes[0].Close(); err != nil {
@@ -90,25 +94,66 @@ func TestThreeNodeCluster(t *testing.T) {
 	assertKVSoon(t, ctx, back, "r3", "k", "after n1 left")
 }
 
-// assertKVSoon asserts that bucket/key reads want on node, retrying transient errors.
+// errStale marks a read that does not show the latest write yet.
+var errStale = errors.New("stale read")
+
+// assertKVSoon asserts that bucket/key reads want on node before ctx ends. KV reads of a
+// replicated bucket are direct gets that any replica answers, so a follower may still show an
+// older value for a moment.
 func assertKVSoon(t *testing.T, ctx context.Context, node *Node, bucket, key, want string) {
 	t.Helper()
-	var got []byte
-	err := RetryEach(ctx, 2*time.Second, func(ctx context.Context) error {
+	retryable := func(err error) bool { return Transient(err) || errors.Is(err, errStale) }
+	err := retryWhile(ctx, 2*time.Second, retryable, func(ctx context.Context) error {
 		kv, err := node.JetStream().KeyValue(ctx, bucket)
 		if err != nil {
 			return err
 		}
 		e, err := kv.Get(ctx, key)
-		if err == nil {
-			got = e.Value()
+		if err == nil && string(e.Value()) != want {
+			return fmt.Errorf("%w: %q", errStale, e.Value())
 		}
 		return err
 	})
 	if err != nil {
-		t.Fatalf("%s: get %s/%s: %v", node.Name(), bucket, key, err)
+		t.Fatalf("%s: %s/%s, want %q: %v", node.Name(), bucket, key, want, err)
 	}
-	if string(got) != want {
-		t.Fatalf("%s: %s/%s = %q, want %q", node.Name(), bucket, key, got, want)
+}
+
+// TestConnectToEmbeddedCluster connects the way other tools would, through one node's client
+// port, and follows the cluster when that node leaves.
+func TestConnectToEmbeddedCluster(t *testing.T) {
+	ctx := testCtx(t, 40*time.Second)
+	nodes, cfgs := startCluster(t, ctx, 3, true)
+	ext, err := Connect(ctx, "nats://"+cfgs[0].ClientAddr, "tool", testLogger())
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { ext.Close() })
+	if got := ext.ClusterSize(); got != 3 {
+		t.Errorf("ClusterSize through the client port = %d, want 3 (servers %v)", got, ext.Conn().Servers())
+	}
+	err = RetryEach(ctx, 2*time.Second, func(ctx context.Context) error {
+		kv, err := ext.JetStream().CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "tool", Replicas: 3})
+		if err == nil {
+			_, err = kv.Put(ctx, "k", []byte("v"))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertKVSoon(t, ctx, nodes[2], "tool", "k", "v")
+
+	nodes[0].Close()
+	err = RetryEach(ctx, 2*time.Second, func(ctx context.Context) error {
+		kv, err := ext.JetStream().KeyValue(ctx, "tool")
+		if err == nil {
+			_, err = kv.Put(ctx, "k", []byte("after n1 left"))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("put through the client after its server left: %v", err)
+	}
+	assertKVSoon(t, ctx, nodes[1], "tool", "k", "after n1 left")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -79,10 +80,11 @@ func (cfg Config) checkLimits() error {
 }
 
 func (cfg Config) checkAddrs() error {
-	if err := checkHostPort("ClientAddr", cfg.ClientAddr); err != nil {
+	if err := checkHostPort("ClientAddr", cfg.ClientAddr, 0); err != nil {
 		return err
 	}
-	if err := checkHostPort("ClusterAddr", cfg.ClusterAddr); err != nil {
+	// Peers route to a known port; to nats-server, cluster port 0 would mean "no cluster".
+	if err := checkHostPort("ClusterAddr", cfg.ClusterAddr, 1); err != nil {
 		return err
 	}
 	if cfg.ClusterAddr == "" {
@@ -96,7 +98,7 @@ func (cfg Config) checkAddrs() error {
 		if p == "" {
 			return errors.New("natsnode: empty entry in Peers")
 		}
-		if err := checkHostPort("Peers", p); err != nil {
+		if err := checkHostPort("Peers", p, 1); err != nil {
 			return err
 		}
 		if p != cfg.ClusterAddr {
@@ -111,12 +113,18 @@ func (cfg Config) checkAddrs() error {
 	return nil
 }
 
-func checkHostPort(field, addr string) error {
+// checkHostPort checks that addr (unless empty) is host:port with a numeric port of at least
+// minPort.
+func checkHostPort(field, addr string, minPort int) error {
 	if addr == "" {
 		return nil
 	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
 		return fmt.Errorf("natsnode: %s %q: want host:port: %w", field, addr, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < minPort || p > 65535 {
+		return fmt.Errorf("natsnode: %s %q: want a port number from %d to 65535", field, addr, minPort)
 	}
 	return nil
 }
@@ -199,7 +207,11 @@ func configText(cfg Config, token string) string {
 func writeClientListener(b *strings.Builder, cfg Config, token string) {
 	switch {
 	case cfg.ClientAddr != "":
-		fmt.Fprintf(b, "listen: %s\n", quote(cfg.ClientAddr))
+		host, port, _ := net.SplitHostPort(cfg.ClientAddr)
+		if port == "0" {
+			port = "-1" // nats-server's "any free port"; its port 0 means the default 4222
+		}
+		fmt.Fprintf(b, "host: %s\nport: %s\n", quote(host), port)
 	case cfg.needsPrivateListener():
 		b.WriteString("host: \"127.0.0.1\"\nport: -1\n")
 		fmt.Fprintf(b, "authorization { token: %s }\n", quote(token))

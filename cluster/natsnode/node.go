@@ -26,12 +26,14 @@ const (
 
 // Node is a NATS connection with JetStream, and the embedded server behind it if there is one.
 type Node struct {
-	name   string
-	log    *slog.Logger
-	srv    *server.Server // nil when connected to an external NATS
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	closed chan struct{} // closed when nc is closed
+	name string
+	log  *slog.Logger
+	srv  *server.Server // nil when connected to an external NATS
+	// publicClients tells whether srv's client listener is meant for other clients (ClientAddr).
+	publicClients bool
+	nc            *nats.Conn
+	js            jetstream.JetStream
+	closed        chan struct{} // closed when nc is closed
 
 	closeOnce sync.Once
 	closeErr  error
@@ -52,7 +54,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{name: cfg.Name, log: log, srv: srv, closed: make(chan struct{})}
+	n := &Node{name: cfg.Name, log: log, srv: srv, publicClients: cfg.ClientAddr != "", closed: make(chan struct{})}
 	n.nc, err = nats.Connect(srv.ClientURL(), n.connOptions(nats.InProcessServer(srv), nats.Token(token))...)
 	if err != nil {
 		stopServer(srv)
@@ -180,6 +182,18 @@ func (n *Node) Conn() *nats.Conn { return n.nc }
 
 // JetStream is the node's JetStream context.
 func (n *Node) JetStream() jetstream.JetStream { return n.js }
+
+// ClientAddr is the address of the embedded server's client listener for other tools (useful
+// when Config.ClientAddr asked for port 0), or "" when it has none or the NATS is external.
+func (n *Node) ClientAddr() string {
+	if n.srv == nil || !n.publicClients {
+		return ""
+	}
+	if addr := n.srv.Addr(); addr != nil {
+		return addr.String()
+	}
+	return ""
+}
 
 // Name is the node's name (server name and connection name).
 func (n *Node) Name() string { return n.name }

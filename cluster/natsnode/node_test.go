@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -121,8 +122,11 @@ func TestStoreDirWithQuotesAndBackslashes(t *testing.T) {
 
 func TestClientAddrListensForOtherClients(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
-	addr := freeAddr(t)
-	n := startNode(t, ctx, Config{Name: "open", Dir: t.TempDir(), ClientAddr: addr})
+	n := startNode(t, ctx, Config{Name: "open", Dir: t.TempDir(), ClientAddr: "127.0.0.1:0"})
+	addr := n.ClientAddr()
+	if _, port, _ := net.SplitHostPort(addr); port == "" || port == "0" || port == "4222" {
+		t.Fatalf("ClientAddr() = %q, want the free port picked for 127.0.0.1:0", addr)
+	}
 	if _, err := n.JetStream().CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "shared"}); err != nil {
 		t.Fatal(err)
 	}
@@ -143,31 +147,40 @@ func TestClientAddrListensForOtherClients(t *testing.T) {
 func TestNoClientListenerByDefault(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
 	n := startNode(t, ctx, Config{Name: "closed", Dir: t.TempDir()})
-	if addr := n.srv.Addr(); addr != nil {
+	if addr := n.srv.Addr(); addr != nil || n.ClientAddr() != "" {
 		t.Fatalf("server listens for clients on %v without ClientAddr", addr)
 	}
 }
 
-func TestStartFailsWhenAPortIsTaken(t *testing.T) {
+// TestStartFailsOnServerFatal covers what a stand-alone nats-server would exit on.
+func TestStartFailsOnServerFatal(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	for _, cfg := range []Config{
-		{Name: "a", ClientAddr: taken.Addr().String()},
-		{Name: "b", ClusterAddr: taken.Addr().String(), Peers: []string{freeAddr(t)}},
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Name: "a", Dir: t.TempDir(), ClientAddr: taken.Addr().String()}, "listening on port"},
+		{Config{Name: "b", Dir: t.TempDir(), ClusterAddr: taken.Addr().String(), Peers: []string{freeAddr(t)}}, "listening on router port"},
+		{Config{Name: "c", Dir: notDir}, "start JetStream"},
 	} {
-		cfg.Dir = t.TempDir()
+		cfg := tc.cfg
 		cfg.Logger = slog.New(slog.DiscardHandler)
 		start := time.Now()
 		n, err := Start(testCtx(t, 20*time.Second), cfg)
 		if err == nil {
 			n.Close()
-			t.Fatalf("%s: Start succeeded on a taken port", cfg.Name)
+			t.Fatalf("%s: Start succeeded", cfg.Name)
 		}
-		if !strings.Contains(err.Error(), "listening") {
-			t.Errorf("%s: error does not name the listener: %v", cfg.Name, err)
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error does not say %q: %v", cfg.Name, tc.want, err)
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("%s: Start took %v to fail", cfg.Name, d)
@@ -208,6 +221,8 @@ func TestConfigRejected(t *testing.T) {
 		{Config{Name: "a"}, "Dir"},
 		{Config{Name: "a", Dir: "d", MaxStore: -1}, "negative"},
 		{Config{Name: "a", Dir: "d", ClientAddr: "4222"}, "ClientAddr"},
+		{Config{Name: "a", Dir: "d", ClientAddr: "localhost:nats"}, "port number"},
+		{Config{Name: "a", Dir: "d", ClusterAddr: "127.0.0.1:0", Peers: []string{self}}, "ClusterAddr"},
 		{Config{Name: "a", Dir: "d", Peers: []string{self}}, "without ClusterAddr"},
 		{Config{Name: "a", Dir: "d", ClusterAddr: self}, "no other node"},
 		{Config{Name: "a", Dir: "d", ClusterAddr: self, Peers: []string{self, self}}, "no other node"},
