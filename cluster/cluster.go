@@ -179,13 +179,14 @@ func (n *Node) Start(ctx context.Context, engine *runtime.Engine) error {
 		return fmt.Errorf("cluster: leases: %w", err)
 	}
 	n.leases = leases
-	if err := n.watchViews(n.ctx); err != nil {
-		return err
-	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
 		n.flushViews()
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.pollViews()
 	}()
 	if err := n.watchJobs(ctx); err != nil {
 		return err

@@ -212,37 +212,18 @@ func (n *Node) watchJobs(ctx context.Context) error {
 	if sub, err := n.nc.Subscribe(ctlApplied, n.answerApplied); err == nil {
 		go func() { <-n.ctx.Done(); _ = sub.Unsubscribe() }()
 	}
-	var w jetstream.KeyWatcher
-	err := natsnode.Retry(ctx, func(ctx context.Context) error {
-		var err error
-		w, err = n.jobsKV.WatchAll(n.ctx)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("cluster: watching jobs: %w", err)
-	}
 	initial := make(chan struct{})
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
-		defer func() { _ = w.Stop() }()
-		first := true
-		for {
-			select {
-			case <-n.ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					if first {
-						first = false
-						close(initial)
-					}
-					continue
-				}
-				n.applyJob(e)
+		n.reconcileJobs()
+	}()
+	go func() {
+		defer n.wg.Done()
+		for first := initial; n.ctx.Err() == nil; first = nil {
+			if err := n.followJobs(first); err != nil && n.ctx.Err() == nil {
+				n.log.Warn("watching the jobs bucket; watching again", "err", err)
+				sleep(n.ctx, time.Second)
 			}
 		}
 	}()
@@ -251,6 +232,90 @@ func (n *Node) watchJobs(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// followJobs applies the jobs bucket's entries, then its changes, until
+// the watch ends; initial (if not nil) is closed once the entries are
+// applied. A new watch replays every entry: applying one that runs
+// already changes nothing, and a job gone meanwhile is stopped.
+func (n *Node) followJobs(initial chan struct{}) error {
+	w, err := n.jobsKV.WatchAll(n.ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	seen := map[string]bool{}
+	for {
+		select {
+		case <-n.ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("the watch ended")
+			}
+			if e == nil {
+				n.stopUnseen(seen)
+				seen = nil
+				if initial != nil {
+					close(initial)
+					initial = nil
+				}
+				continue
+			}
+			if seen != nil {
+				seen[e.Key()] = true
+			}
+			n.applyJob(e)
+		}
+	}
+}
+
+// jobsEvery is how often a node reads the whole jobs bucket besides
+// watching it: a watch can miss changes for a while around a leader change
+// of the bucket.
+const jobsEvery = 2 * time.Second
+
+// reconcileJobs reads the jobs bucket every jobsEvery and applies it.
+func (n *Node) reconcileJobs() {
+	tick := time.NewTicker(jobsEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, jobsEvery)
+		keys, err := n.jobsKV.ListKeys(ctx)
+		if err != nil {
+			cancel()
+			continue
+		}
+		seen := map[string]bool{}
+		ok := true
+		for k := range keys.Keys() {
+			e, err := n.jobsKV.Get(ctx, k)
+			if err != nil {
+				ok = ok && errors.Is(err, jetstream.ErrKeyNotFound)
+				continue
+			}
+			seen[k] = true
+			n.applyJob(e)
+		}
+		if ok && ctx.Err() == nil {
+			n.stopUnseen(seen)
+		}
+		cancel()
+	}
+}
+
+// stopUnseen stops the jobs that run here but are not in the bucket.
+func (n *Node) stopUnseen(seen map[string]bool) {
+	for _, st := range n.jobsList() {
+		if !seen[st.name()] {
+			n.stopJob(st.name())
+		}
 	}
 }
 

@@ -33,6 +33,8 @@ type partState struct {
 	// lag is the events the owner is behind: queued here plus those the
 	// consumer has not fetched.
 	lag atomic.Int64
+	// viewRev is the state entry revision last installed as a view.
+	viewRev atomic.Uint64
 
 	mu  sync.Mutex
 	run *ownerRun // nil when not owned
@@ -92,6 +94,7 @@ func (ps *partState) stop(graceful bool) {
 		ps.handOver(r)
 	}
 	ps.owned.Store(false)
+	ps.viewRev.Store(0) // the next view poll installs whoever owns it next
 	if r.consName != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = ps.st.stream(ps.p).DeleteConsumer(ctx, r.consName)

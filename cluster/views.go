@@ -2,11 +2,7 @@ package cluster
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Views: every node installs the latest state of each partition it does
@@ -15,71 +11,65 @@ import (
 // and the status then merge all partitions on any node, with the kinds'
 // own in-process code, at most about a second behind the owners.
 
-// watchViews follows the state bucket until the node closes.
-func (n *Node) watchViews(ctx context.Context) error {
-	w, err := n.state.WatchAll(ctx)
-	if err != nil {
-		return err
-	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		defer func() { _ = w.Stop() }()
-		for {
-			select {
-			case <-n.ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e != nil && e.Operation() == jetstream.KeyValuePut {
-					n.installView(e)
+// pollViews reads, every viewEvery/2, the state entry of each partition
+// this node runs and does not own, and installs those that changed. A
+// poll rather than a KV watch: a watch stalls for a while when the
+// bucket's leader dies (with the node it was on), a Get is retried next
+// tick.
+func (n *Node) pollViews() {
+	tick := time.NewTicker(viewEvery / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, st := range n.jobsList() {
+			if !st.ready.Load() || st.ft == nil {
+				continue
+			}
+			for _, ps := range st.parts {
+				if !ps.owned.Load() && st.ft.unitOf(ps.p) != nil {
+					n.refreshView(st, ps)
 				}
 			}
 		}
-	}()
-	return nil
+	}
 }
 
-// installView installs one state entry if it is a partition of a job
-// this node runs and does not own.
-func (n *Node) installView(e jetstream.KeyValueEntry) {
-	id, suffix, ok := strings.Cut(e.Key(), ".")
-	if !ok || !strings.HasPrefix(suffix, "p") {
-		return
-	}
-	p, err := strconv.Atoi(suffix[1:])
-	if err != nil {
-		return
-	}
-	st := n.jobByID(id)
-	if st == nil || st.job == nil || st.ft == nil || p >= len(st.parts) || st.parts[p].owned.Load() {
-		return
-	}
-	u := st.ft.unitOf(p)
-	if u == nil {
+// refreshView installs partition ps's latest state if it changed since
+// the last one installed.
+func (n *Node) refreshView(st *jobState, ps *partState) {
+	ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
+	defer cancel()
+	e, err := n.state.Get(ctx, stateKey(st.id, ps.p))
+	if err != nil || e.Revision() == ps.viewRev.Load() {
 		return
 	}
 	h, state, err := decodeState(e.Value())
 	if err != nil || h.Empty {
 		return
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
-	defer cancel()
 	if h.Object != "" {
 		if state, err = n.objects.GetBytes(ctx, h.Object); err != nil {
 			return
 		}
 	}
+	u := st.ft.unitOf(ps.p)
 	var ierr error
-	if err := st.job.Do(ctx, p, func() {
-		if !st.parts[p].owned.Load() {
+	if err := st.job.Do(ctx, ps.p, func() {
+		if !ps.owned.Load() {
 			ierr = u.install(h, state)
 		}
-	}); err == nil && ierr != nil {
-		n.log.Warn("view not installed", "job", st.name(), "partition", p, "err", ierr)
+	}); err != nil {
+		return
 	}
+	if ierr != nil {
+		n.log.Warn("view not installed", "job", st.name(), "partition", ps.p, "err", ierr)
+		return
+	}
+	ps.viewRev.Store(e.Revision())
 	n.stats.views.Add(1)
 }
 
