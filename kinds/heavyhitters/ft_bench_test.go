@@ -94,23 +94,8 @@ func median(xs []float64) float64 {
 // tolerance fts and returns the wall and CPU time it took and the job's
 // status at the end.
 func runFTMode(b *testing.B, fts runtime.FTSpec, vs []*fastjson.Value) (wall, cpu time.Duration, st runtime.JobStatus) {
-	dir := b.TempDir()
-	store, err := ft.NewDirStore(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := runtime.NewEngine(runtime.Config{Partitions: 2, Store: store, DataDir: dir, IngestWait: time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e, j := newJob(b, 2, fts)
 	defer e.Close(context.Background())
-	spec := runtime.Spec{Name: "hh", Kind: "heavy_hitters", Input: "s", Partitions: 2,
-		Params: map[string]any{"field": "item", "counters": 2000}, FT: fts}
-	if _, err := e.PutJob(spec); err != nil {
-		b.Fatal(err)
-	}
-	j, err := e.Job(spec.Name)
-	if err != nil {
-		b.Fatal(err)
-	}
 	start, startCPU := time.Now(), cpuTime()
 	for off := 0; off < len(vs); off += 1000 {
 		commit(b, e, vs[off:min(off+1000, len(vs))])
@@ -123,7 +108,30 @@ func runFTMode(b *testing.B, fts runtime.FTSpec, vs []*fastjson.Value) (wall, cp
 	return wall, cpu, j.Status(false)
 }
 
-func commit(b *testing.B, e *runtime.Engine, vs []*fastjson.Value) {
+// newJob starts an engine with a backup store in a temporary directory
+// and a heavy_hitters job "hh" (2,000 counters of field item) reading
+// stream s, with the given partitions and fault tolerance.
+func newJob(tb testing.TB, partitions int, fts runtime.FTSpec) (*runtime.Engine, *runtime.Job) {
+	dir := tb.TempDir()
+	store, err := ft.NewDirStore(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e := runtime.NewEngine(runtime.Config{Partitions: partitions, Store: store, DataDir: dir, IngestWait: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	spec := runtime.Spec{Name: "hh", Kind: "heavy_hitters", Input: "s", Partitions: partitions,
+		Params: map[string]any{"field": "item", "counters": 2000}, FT: fts}
+	if _, err := e.PutJob(spec); err != nil {
+		tb.Fatal(err)
+	}
+	j, err := e.Job(spec.Name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e, j
+}
+
+func commit(b testing.TB, e *runtime.Engine, vs []*fastjson.Value) {
 	bt, err := e.NewBatch("s")
 	if err != nil {
 		b.Fatal(err)
