@@ -352,6 +352,26 @@ func (r *byteReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// Window is a copy of one window's summary and the window's span.
+type Window[S any] struct {
+	Span Span
+	Sum  S
+}
+
+// copies returns what current, last and all return, but all is the
+// current window's copy itself when the current window is the only one (as
+// it always is over the whole stream): a copy fewer, for callers that only
+// read the copies.
+func (w *windows[S]) copies() (cur, last, all Window[S]) {
+	cur.Span, cur.Sum = w.current()
+	last.Span, last.Sum = w.last()
+	if w.cur != nil && len(w.closed) == 0 {
+		return cur, last, cur
+	}
+	all.Span, all.Sum = w.all()
+	return cur, last, all
+}
+
 func windowSize(size time.Duration) int64 { return max(size.Milliseconds(), 1) }
 
 // WindowedHH is heavy hitters per tumbling event-time window, keeping the
@@ -393,6 +413,11 @@ func (h *WindowedHH) Update(item string, wt uint64, ts int64) (late, closed bool
 
 // Current is a copy of the current window's summary, with its span.
 func (h *WindowedHH) Current() (Span, *HeavyHitters) { return h.w.current() }
+
+// Windows returns Current, Last and All at once, for callers that only read
+// them: All is then Current's copy itself while the current window is the
+// only one.
+func (h *WindowedHH) Windows() (current, last, all Window[*HeavyHitters]) { return h.w.copies() }
 
 // Last is a copy of the window just before the current one (empty if it had
 // no events).
@@ -483,6 +508,11 @@ func (d *WindowedDistinct) InsertString(v string, ts int64) (late, closed bool) 
 
 // Current is a copy of the current window's sketch, with its span.
 func (d *WindowedDistinct) Current() (Span, *Distinct) { return d.w.current() }
+
+// Windows returns Current, Last and All at once, for callers that only read
+// them: All is then Current's copy itself while the current window is the
+// only one.
+func (d *WindowedDistinct) Windows() (current, last, all Window[*Distinct]) { return d.w.copies() }
 
 // Last is a copy of the window before the current one.
 func (d *WindowedDistinct) Last() (Span, *Distinct) { return d.w.last() }

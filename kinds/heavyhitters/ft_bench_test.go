@@ -49,9 +49,11 @@ func cpuTime() time.Duration {
 // iterations: the ratio of two runs made close together is what a shared
 // machine lets one compare. Run with -benchtime=10x or more.
 //
-// Sub-benchmark default has the default bounds; unbounded has bounds too
-// large to be reached (a backup at the start and the end only, no sender
-// held back): the cost of the mode without its backups.
+// Sub-benchmark default has the default bounds; compact1024 the same with
+// compact_every 1024 (no full backup after the first: what the full ones
+// cost); unbounded has bounds too large to be reached (a backup at the
+// start and the end only, no sender held back): the cost of the mode
+// without its backups.
 func BenchmarkFTApprox(b *testing.B) {
 	vs := zipfEvents(500_000)
 	for _, v := range []struct {
@@ -59,6 +61,7 @@ func BenchmarkFTApprox(b *testing.B) {
 		fts  runtime.FTSpec
 	}{
 		{"default", runtime.FTSpec{Mode: ft.ModeApprox}},
+		{"compact1024", runtime.FTSpec{Mode: ft.ModeApprox, CompactEvery: 1024}},
 		{"unbounded", runtime.FTSpec{Mode: ft.ModeApprox, MaxDivergence: 1e15, MaxPending: 1 << 30, MaxUnacked: 1 << 30}},
 	} {
 		b.Run(v.name, func(b *testing.B) { benchFTApprox(b, v.fts, vs) })

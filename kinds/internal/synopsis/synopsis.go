@@ -276,27 +276,19 @@ func (s *Part) RecoveredSeqs(seqs []uint64) {
 func (s *Part) SetUnit(u runtime.FTUnit) { s.unit, s.quiet.div, s.quiet.events = u, 0, 0 }
 
 // View is a published copy of one window of a summary.
-type View[S any] struct {
-	Span synopses.Span
-	Sum  S
-}
+type View[S any] = synopses.Window[S]
 
-// windowViews copies the three windows a query can ask for.
-func windowViews[S any](current, last, all func() (synopses.Span, S)) map[string]View[S] {
-	views := map[string]View[S]{}
-	for name, f := range map[string]func() (synopses.Span, S){WindowCurrent: current, WindowLast: last, WindowAll: all} {
-		span, sum := f()
-		views[name] = View[S]{span, sum}
-	}
-	return views
+// windowViews names the three windows a query can ask for.
+func windowViews[S any](current, last, all View[S]) map[string]View[S] {
+	return map[string]View[S]{WindowCurrent: current, WindowLast: last, WindowAll: all}
 }
 
 // Windowed is what both windowed synopses offer.
 type Windowed[S any] interface {
 	ft.Stateful
-	Current() (synopses.Span, S)
-	Last() (synopses.Span, S)
-	All() (synopses.Span, S)
+	// Windows copies the current, last and all windows (all may be the
+	// current one's copy: they are only read).
+	Windows() (current, last, all synopses.Window[S])
 	Late() uint64
 	Dropped() uint64
 }
@@ -345,7 +337,7 @@ func (p *Summary[S, W]) Idle(final bool) time.Duration {
 
 // Publish copies the windows queries read.
 func (p *Summary[S, W]) Publish(now time.Time) {
-	views := windowViews(p.Sketch.Current, p.Sketch.Last, p.Sketch.All)
+	views := windowViews(p.Sketch.Windows())
 	p.pub.Lock()
 	p.pub.views, p.pub.late, p.pub.dropped = views, p.Sketch.Late(), p.Sketch.Dropped()
 	p.pub.Unlock()
