@@ -1,10 +1,12 @@
 package synopses
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // sameCounters fails unless got holds exactly want's counters (item, count
@@ -80,5 +82,58 @@ func TestHeavyHittersChainRecoversExactly(t *testing.T) {
 				sameCounters(t, fmt.Sprintf("event %d, chain of %d", i, len(chain)), recoverChain(t, chain...), h)
 			}
 		})
+	}
+}
+
+// The same for windows: a chain recovers every kept window exactly, also
+// after backups the writer refused (the windows' summaries had counted
+// those as made).
+func TestWindowedChainRecoversExactly(t *testing.T) {
+	const size = 1000
+	for seed := range uint64(6) {
+		r := rand.New(rand.NewPCG(seed, 12))
+		h := NewWindowedHH(40, size*time.Millisecond, 2)
+		var chain [][]byte
+		for i, e := range tsStream(seed, 20_000) {
+			h.Update(e.key, 1, e.ts)
+			if r.IntN(300) != 0 {
+				continue
+			}
+			full := len(chain) == 0 || r.IntN(6) == 0
+			if r.IntN(4) == 0 {
+				div := h.StateDivergence()
+				if err := h.BackupState(failingWriter{}, full); !errors.Is(err, errRefused) {
+					t.Fatalf("seed %d event %d: refused backup: %v", seed, i, err)
+				}
+				if h.StateDivergence() < div {
+					t.Fatalf("seed %d event %d: a refused backup lowered the divergence from %v to %v", seed, i, div, h.StateDivergence())
+				}
+				continue
+			}
+			var buf bytes.Buffer
+			if err := h.BackupState(&buf, full); err != nil {
+				t.Fatal(err)
+			}
+			if full {
+				chain = chain[:0]
+			}
+			chain = append(chain, buf.Bytes())
+			rec := NewWindowedHH(40, size*time.Millisecond, 2)
+			for k, b := range chain {
+				if err := rec.RecoverState(bytes.NewReader(b)); err != nil {
+					t.Fatalf("seed %d event %d: backup %d of %d: %v", seed, i, k, len(chain), err)
+				}
+			}
+			got, want := rec.w.list(), h.w.list()
+			if len(got) != len(want) || rec.Late() != h.Late() || rec.Dropped() != h.Dropped() || rec.ClosedCount() != h.ClosedCount() {
+				t.Fatalf("seed %d event %d: %d windows, want %d", seed, i, len(got), len(want))
+			}
+			for k := range want {
+				if got[k].idx != want[k].idx {
+					t.Fatalf("seed %d event %d: window %d, want %d", seed, i, got[k].idx, want[k].idx)
+				}
+				sameCounters(t, fmt.Sprintf("seed %d event %d window %d", seed, i, want[k].idx), got[k].s, want[k].s)
+			}
+		}
 	}
 }
