@@ -2,6 +2,7 @@ package synopses
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 	"time"
 )
@@ -16,19 +17,41 @@ func addSeeds(f *testing.F, backup func(full bool) []byte, update func(i int)) {
 	f.Add([]byte{})
 }
 
+// FuzzHeavyHittersRecover hands arbitrary bytes to RecoverState, as a
+// full backup and as a delta onto states of every shape, among them the
+// state recovered from the seeds' full backup (so that mutated seed deltas
+// reach the decoding of increases and of counters that took new items):
+// refused bytes leave the state as it was, accepted ones leave a working
+// summary.
 func FuzzHeavyHittersRecover(f *testing.F) {
 	h := NewHeavyHitters(8)
+	var fullSeed []byte
 	addSeeds(f, func(full bool) []byte {
 		var b bytes.Buffer
 		_ = h.BackupState(&b, full)
+		if full {
+			fullSeed = bytes.Clone(b.Bytes())
+		}
 		return b.Bytes()
 	}, func(i int) { h.Update(keyNames[(i*i)%50], uint64(1+i%3)) })
 	f.Fuzz(func(t *testing.T, data []byte) {
 		base := NewHeavyHitters(8)
 		base.Update("a", 1)
-		for _, n := range []*HeavyHitters{{}, NewHeavyHitters(8), base} {
-			if n.RecoverState(bytes.NewReader(data)) == nil && n.capacity > 0 {
+		chained := &HeavyHitters{}
+		if err := chained.RecoverState(bytes.NewReader(fullSeed)); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []*HeavyHitters{{}, NewHeavyHitters(8), base, chained} {
+			before := n.Items()
+			if err := n.RecoverState(bytes.NewReader(data)); err != nil {
+				if !slices.Equal(n.Items(), before) {
+					t.Fatalf("refused bytes (%v) changed the state", err)
+				}
+				continue
+			}
+			if n.capacity > 0 {
 				// A state that decoded must work.
+				checkInvariants(t, n)
 				n.Update("z", 1)
 				n.TopK(3)
 				m := NewHeavyHitters(4)

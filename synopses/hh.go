@@ -52,6 +52,7 @@ type HeavyHitters struct {
 	floor    uint64     // bound on untracked items' counts while not full (from merges)
 	widen    uint64     // added to every upper bound (Widen)
 	div      uint64     // running max of count-backed since the backup
+	carried  uint64     // divergence of a backup that could not be written
 	dirty    []int32    // counter ids changed since the backup
 	scratch  []byte     // BackupState's encoding, reused
 }
@@ -351,12 +352,13 @@ func (h *HeavyHitters) Merge(o *HeavyHitters) {
 	h.widen += o.widen
 }
 
-// StateDivergence is the L∞ distance of the counts from the last backup, as
-// in the AF-Stream paper: the largest |count - count at the backup| over the
-// items, where an item that took over a counter since the backup counts from
-// 0 (so an eviction moves the divergence to at least the evicted minimum
-// plus the new weight). Kept as a running maximum, O(1) per update.
-func (h *HeavyHitters) StateDivergence() float64 { return float64(h.div) }
+// StateDivergence is the L∞ distance of the counters from the last backup
+// written, as in the AF-Stream paper: the largest |count - count at the
+// backup| over the counters (a counter that took a new item counts from its
+// count at the backup, so an eviction adds only its weight). Kept as a
+// running maximum, O(1) per update; after a backup the writer refused, the
+// divergence it had is carried on.
+func (h *HeavyHitters) StateDivergence() float64 { return float64(h.div + h.carried) }
 
 // Dirty is the number of counters changed since the last backup (the size of
 // the next delta).
@@ -371,17 +373,33 @@ const hhMagic = "SSHH"
 // alone (no item, no error: most of a delta under a skewed stream, where
 // the same heavy items keep growing), the others in full. Deltas of the
 // first format (kindDelta, every changed counter in full) are still read.
+//
+// Encoding a counter also makes its count the backed-up one (one pass over
+// the changed counters, not two); should w refuse the bytes, the next delta
+// carries every counter in full and the divergence keeps what it had.
 func (h *HeavyHitters) BackupState(w io.Writer, full bool) error {
-	if !full {
-		h.sortDirty()
-	}
-	b := h.appendState(h.scratch[:0], full)
+	div := h.div + h.carried
+	b := h.appendBackup(h.scratch[:0], full)
 	h.scratch = b
 	if _, err := w.Write(b); err != nil {
+		h.backupLost(div)
 		return err
 	}
-	h.markBacked()
+	h.carried = 0
 	return nil
+}
+
+// backupLost undoes what appendBackup assumed of a backup that was not
+// written: every counter goes into the next delta in full, and the
+// divergence from the last backup written is at most div plus what
+// changes from now on.
+func (h *HeavyHitters) backupLost(div uint64) {
+	for id := range int32(len(h.slots)) {
+		setBit(h.marked, id)
+		setBit(h.rekeyed, id)
+		h.dirty = append(h.dirty, id)
+	}
+	h.carried = div
 }
 
 // sortDirty puts the dirty counter ids in ascending order: from the bitset
@@ -402,9 +420,9 @@ func (h *HeavyHitters) sortDirty() {
 	h.dirty = d
 }
 
-// appendState encodes the state (all of it, or the dirty counters, which
-// must be in ascending order) without touching the backup bookkeeping.
-func (h *HeavyHitters) appendState(b []byte, full bool) []byte {
+// appendBackup encodes the state (all of it, or the dirty counters) and
+// makes it the backed-up one.
+func (h *HeavyHitters) appendBackup(b []byte, full bool) []byte {
 	kind := byte(kindDelta2)
 	if full {
 		kind = kindFull
@@ -415,52 +433,57 @@ func (h *HeavyHitters) appendState(b []byte, full bool) []byte {
 	}
 	if full {
 		b = binary.AppendUvarint(b, uint64(len(h.slots)))
-		for id := range h.slots {
+		for id := range int32(len(h.slots)) {
+			c := h.heap[h.pos[id]].count
 			b = binary.AppendUvarint(b, uint64(id))
-			b = h.appendCounter(b, int32(id))
+			b = h.appendCounter(b, id, c)
+			h.slots[id].backed = c
 		}
-		return b
+	} else {
+		h.sortDirty()
+		b = binary.AppendUvarint(b, uint64(len(h.dirty)))
+		next := int32(0)
+		for _, id := range h.dirty {
+			b = h.appendChange(b, id-next, id)
+			next = id + 1
+		}
 	}
-	b = binary.AppendUvarint(b, uint64(len(h.dirty)))
-	next := int32(0)
-	for _, id := range h.dirty {
-		b = h.appendChange(b, id-next, id)
-		next = id + 1
-	}
+	h.restartDivergence()
 	return b
 }
 
-// appendChange encodes dirty counter id, gap ids after the previous one:
-// gap<<1 then the count's increase since the backup if the counter kept
-// its item, else gap<<1|1 and the whole counter.
+// restartDivergence makes the current state the backed-up one for the
+// bookkeeping: no counter dirty, divergence 0 (the backed counts are the
+// caller's).
+func (h *HeavyHitters) restartDivergence() {
+	clear(h.marked)
+	clear(h.rekeyed)
+	h.dirty = h.dirty[:0]
+	h.div = 0
+}
+
+// appendChange encodes dirty counter id, gap ids after the previous one,
+// and makes its count the backed-up one: gap<<1 then the count's increase
+// since the backup if the counter kept its item, else gap<<1|1 and the
+// whole counter.
 func (h *HeavyHitters) appendChange(b []byte, gap, id int32) []byte {
 	c := h.heap[h.pos[id]].count
-	backed := h.slots[id].backed
+	s := &h.slots[id]
+	backed := s.backed
+	s.backed = c
 	if !hasBit(h.rekeyed, id) && c >= backed {
 		b = binary.AppendUvarint(b, uint64(gap)<<1)
 		return binary.AppendUvarint(b, c-backed)
 	}
 	b = binary.AppendUvarint(b, uint64(gap)<<1|1)
-	return h.appendCounter(b, id)
+	return h.appendCounter(b, id, c)
 }
 
-// appendCounter encodes counter id's item, count and error.
-func (h *HeavyHitters) appendCounter(b []byte, id int32) []byte {
+// appendCounter encodes counter id's item, count c and error.
+func (h *HeavyHitters) appendCounter(b []byte, id int32, c uint64) []byte {
 	b = appendStr(b, h.slots[id].key)
-	b = binary.AppendUvarint(b, h.heap[h.pos[id]].count)
+	b = binary.AppendUvarint(b, c)
 	return binary.AppendUvarint(b, h.errs[id])
-}
-
-// markBacked makes the current state the backed-up one.
-func (h *HeavyHitters) markBacked() {
-	for _, id := range h.dirty {
-		s := &h.slots[id]
-		s.backed = h.heap[h.pos[id]].count
-		h.marked[id>>6] &^= 1 << (id & 63)
-		h.rekeyed[id>>6] &^= 1 << (id & 63)
-	}
-	h.dirty = h.dirty[:0]
-	h.div = 0
 }
 
 // RecoverState applies a backup written by BackupState: a full snapshot
@@ -642,10 +665,8 @@ func (n *HeavyHitters) restore() error {
 		n.index.insert(s.hash, int32(id))
 		n.slots[id].backed = n.heap[n.pos[id]].count
 	}
-	n.dirty = n.dirty[:0]
-	clear(n.marked)
-	clear(n.rekeyed)
-	n.div = 0
+	n.restartDivergence()
+	n.carried = 0
 	n.rebuild()
 	return nil
 }

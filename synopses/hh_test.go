@@ -446,10 +446,12 @@ func appendOldDelta(h *HeavyHitters) []byte {
 		b = binary.AppendUvarint(b, v)
 	}
 	for _, id := range h.dirty {
+		c := h.heap[h.pos[id]].count
 		b = binary.AppendUvarint(b, uint64(id))
-		b = h.appendCounter(b, id)
+		b = h.appendCounter(b, id, c)
+		h.slots[id].backed = c
 	}
-	h.markBacked()
+	h.restartDivergence()
 	return b
 }
 

@@ -56,6 +56,8 @@ type windows[S ft.Stateful] struct {
 	// scratch and state are backup's buffers, reused.
 	scratch []byte
 	state   byteBuf
+	// carried is the divergence at a backup that could not be written.
+	carried float64
 }
 
 func floorDiv(a, b int64) int64 {
@@ -194,6 +196,8 @@ func (w *windows[S]) all() (Span, S) {
 	return sp, s
 }
 
+// divergence is the largest of the windows', plus what a backup that could
+// not be written left of it.
 func (w *windows[S]) divergence() float64 {
 	var d float64
 	if w.cur != nil {
@@ -202,7 +206,7 @@ func (w *windows[S]) divergence() float64 {
 	for _, x := range w.closed {
 		d = max(d, x.s.StateDivergence())
 	}
-	return d
+	return d + w.carried
 }
 
 func (w *windows[S]) list() []*window[S] {
@@ -219,8 +223,36 @@ const (
 	winFull  = 2
 )
 
+// backup writes the windows, each in full when full or when it opened
+// since the previous backup, else as its delta. Should out refuse the
+// bytes, the windows' summaries have all the same counted them as backed
+// up: the next backup then carries every window in full, and the
+// divergence keeps what it had.
 func (w *windows[S]) backup(out io.Writer, magic string, full bool) error {
-	b := appendHeader(w.scratch[:0], magic, full)
+	div := w.divergence()
+	l := w.list()
+	b, err := w.appendBackup(w.scratch[:0], l, magic, full)
+	w.scratch = b
+	if err == nil {
+		_, err = out.Write(b)
+	}
+	if err != nil {
+		for _, x := range l {
+			x.fresh = true
+		}
+		w.carried = div
+		return err
+	}
+	for _, x := range l {
+		x.fresh = false
+	}
+	w.carried = 0
+	return nil
+}
+
+// appendBackup encodes the windows of l.
+func (w *windows[S]) appendBackup(b []byte, l []*window[S], magic string, full bool) ([]byte, error) {
+	b = appendHeader(b, magic, full)
 	for _, v := range []uint64{uint64(w.size), uint64(w.keep), w.late, w.dropped, w.nclosed, uint64(len(w.pend))} {
 		b = binary.AppendUvarint(b, v)
 	}
@@ -230,7 +262,6 @@ func (w *windows[S]) backup(out io.Writer, magic string, full bool) error {
 		b = binary.AppendVarint(b, p.upto)
 		b = append(b, boolByte(p.open))
 	}
-	l := w.list()
 	b = binary.AppendUvarint(b, uint64(len(l)))
 	buf := &w.state
 	for _, x := range l {
@@ -238,7 +269,7 @@ func (w *windows[S]) backup(out io.Writer, magic string, full bool) error {
 		f := full || x.fresh
 		buf.b = buf.b[:0]
 		if err := x.s.BackupState(buf, f); err != nil {
-			return err
+			return b, err
 		}
 		if f {
 			b = append(b, winFull)
@@ -249,14 +280,7 @@ func (w *windows[S]) backup(out io.Writer, magic string, full bool) error {
 		b = binary.AppendUvarint(b, uint64(len(buf.b)))
 		b = append(b, buf.b...)
 	}
-	w.scratch = b
-	if _, err := out.Write(b); err != nil {
-		return err
-	}
-	for _, x := range l {
-		x.fresh = false
-	}
-	return nil
+	return b, nil
 }
 
 type byteBuf struct{ b []byte }
@@ -332,7 +356,7 @@ func (w *windows[S]) recover(r io.Reader, magic string) error {
 	if err := d.End(); err != nil {
 		return err
 	}
-	w.late, w.dropped, w.nclosed, w.pend = late, dropped, nclosed, pend
+	w.late, w.dropped, w.nclosed, w.pend, w.carried = late, dropped, nclosed, pend, 0
 	w.cur, w.closed = nil, nil
 	if len(l) > 0 {
 		w.cur = l[len(l)-1]
@@ -350,6 +374,26 @@ func (r *byteReader) Read(p []byte) (int, error) {
 	n := copy(p, r.b)
 	r.b = r.b[n:]
 	return n, nil
+}
+
+// Window is a copy of one window's summary and the window's span.
+type Window[S any] struct {
+	Span Span
+	Sum  S
+}
+
+// copies returns what current, last and all return, but all is the
+// current window's copy itself when the current window is the only one (as
+// it always is over the whole stream): a copy fewer, for callers that only
+// read the copies.
+func (w *windows[S]) copies() (cur, last, all Window[S]) {
+	cur.Span, cur.Sum = w.current()
+	last.Span, last.Sum = w.last()
+	if w.cur != nil && len(w.closed) == 0 {
+		return cur, last, cur
+	}
+	all.Span, all.Sum = w.all()
+	return cur, last, all
 }
 
 func windowSize(size time.Duration) int64 { return max(size.Milliseconds(), 1) }
@@ -393,6 +437,11 @@ func (h *WindowedHH) Update(item string, wt uint64, ts int64) (late, closed bool
 
 // Current is a copy of the current window's summary, with its span.
 func (h *WindowedHH) Current() (Span, *HeavyHitters) { return h.w.current() }
+
+// Windows returns Current, Last and All at once, for callers that only read
+// them: All is then Current's copy itself while the current window is the
+// only one.
+func (h *WindowedHH) Windows() (current, last, all Window[*HeavyHitters]) { return h.w.copies() }
 
 // Last is a copy of the window just before the current one (empty if it had
 // no events).
@@ -483,6 +532,11 @@ func (d *WindowedDistinct) InsertString(v string, ts int64) (late, closed bool) 
 
 // Current is a copy of the current window's sketch, with its span.
 func (d *WindowedDistinct) Current() (Span, *Distinct) { return d.w.current() }
+
+// Windows returns Current, Last and All at once, for callers that only read
+// them: All is then Current's copy itself while the current window is the
+// only one.
+func (d *WindowedDistinct) Windows() (current, last, all Window[*Distinct]) { return d.w.copies() }
 
 // Last is a copy of the window before the current one.
 func (d *WindowedDistinct) Last() (Span, *Distinct) { return d.w.last() }

@@ -213,3 +213,47 @@ func TestWindowedDistinct(t *testing.T) {
 		t.Fatalf("recovered %d, want %d", ra.Estimate(), da.Estimate())
 	}
 }
+
+// Windows is Current, Last and All at once; over one window, All is
+// Current's copy itself (one copy fewer per publish), and the copies do not
+// follow later updates.
+func TestWindowsCopies(t *testing.T) {
+	same := func(what string, w Window[*HeavyHitters], span Span, sum *HeavyHitters) {
+		t.Helper()
+		if w.Span != span || !slices.Equal(w.Sum.Items(), sum.Items()) || w.Sum.Total() != sum.Total() || w.Sum.MaxUntracked() != sum.MaxUntracked() {
+			t.Fatalf("%s: %v %v, want %v %v", what, w.Span, w.Sum.Items(), span, sum.Items())
+		}
+	}
+	check := func(h *WindowedHH) (cur, all Window[*HeavyHitters]) {
+		t.Helper()
+		cur, last, all := h.Windows()
+		sp, s := h.Current()
+		same("current", cur, sp, s)
+		sp, s = h.Last()
+		same("last", last, sp, s)
+		sp, s = h.All()
+		same("all", all, sp, s)
+		return cur, all
+	}
+	whole := NewWindowedHH(10, time.Duration(1<<62), 3)
+	for i := range 100 {
+		whole.Update(keyNames[i%13], 1, int64(i))
+	}
+	cur, all := check(whole)
+	if cur.Sum != all.Sum {
+		t.Fatal("one window: all is not the current window's copy")
+	}
+	before := cur.Sum.Items()
+	whole.Update("new", 50, 100)
+	if !slices.Equal(cur.Sum.Items(), before) {
+		t.Fatal("the copy followed an update")
+	}
+
+	tumbling := NewWindowedHH(10, time.Second, 3)
+	for i := range 3000 {
+		tumbling.Update(keyNames[i%13], 1, int64(i))
+	}
+	if cur, all := check(tumbling); cur.Sum == all.Sum {
+		t.Fatal("several windows: all is the current window's copy")
+	}
+}

@@ -156,6 +156,12 @@ type Part struct {
 	unit      runtime.FTUnit // nil without fault tolerance
 	PubAt     time.Time
 	dirty     bool // processed events since the last publish at idle
+	// quiet is the most divergence and the most events at risk the unit
+	// has said are no reason to back up (lower bounds of its θ and l).
+	quiet struct {
+		div    float64
+		events int
+	}
 }
 
 // Observe records one processed event; after it, Check tells fault
@@ -193,12 +199,41 @@ func (s *Part) Check(div float64, force bool) {
 		s.lastDiv = div
 		s.div.Store(math.Float64bits(div))
 	}
-	if s.unit == nil || s.pending == 0 || !force && !s.unit.Due(div, s.unlogged) {
+	if s.unit == nil || s.pending == 0 || !force && !s.due(div) {
 		return
 	}
 	s.processed += int64(s.pending)
 	s.unit.Merged(s.pending, s.unlogged, s.processed)
 	s.pending, s.unlogged = 0, 0
+}
+
+// due asks the unit whether a backup is due, unless an earlier answer
+// already said no: the unit's θ and l only rise between recoveries (a
+// window end resets them upwards), so a no for divergence d and e events at
+// risk is a no for any less of both. The divergence of a summary moves on
+// few of its events, and ProcessWith asks for a whole batch's events at
+// once, so most events cost no call.
+func (s *Part) due(div float64) bool {
+	if div <= s.quiet.div && s.unlogged <= s.quiet.events {
+		return false
+	}
+	if s.unit.Due(div, s.unlogged) {
+		return true
+	}
+	s.quiet.div, s.quiet.events = max(s.quiet.div, div), max(s.quiet.events, s.unlogged)
+	return false
+}
+
+// expect tells due that n more events, unlogged or not, are about to be
+// processed: when the unit says that all of them at risk would still be
+// no reason to back up, due asks no more about their count.
+func (s *Part) expect(n int, logged bool) {
+	if s.unit == nil || logged {
+		return
+	}
+	if e := s.unlogged + n; e > s.quiet.events && !s.unit.Due(0, e) {
+		s.quiet.events = e
+	}
 }
 
 // idlePublishGap is the least time between two publishes at idle: a queue
@@ -228,33 +263,32 @@ func (s *Part) LiveDivergence() float64 { return math.Float64frombits(s.div.Load
 // AlphaOf is α: the most values one event had, at least 1.
 func (s *Part) AlphaOf() float64 { return float64(max(s.maxVals.Load(), 1)) }
 
-func (s *Part) Partitions() []int           { return []int{s.Index} }
-func (s *Part) StateSeqs() []uint64         { return []uint64{s.lastSeq} }
-func (s *Part) RecoveredSeqs(seqs []uint64) { s.lastSeq = seqs[0] }
-func (s *Part) SetUnit(u runtime.FTUnit)    { s.unit = u }
+func (s *Part) Partitions() []int   { return []int{s.Index} }
+func (s *Part) StateSeqs() []uint64 { return []uint64{s.lastSeq} }
+
+// RecoveredSeqs takes the sequence numbers a recovery restored; the
+// recovery halved the unit's thresholds, so what due learnt of them is
+// forgotten.
+func (s *Part) RecoveredSeqs(seqs []uint64) {
+	s.lastSeq = seqs[0]
+	s.quiet.div, s.quiet.events = 0, 0
+}
+func (s *Part) SetUnit(u runtime.FTUnit) { s.unit, s.quiet.div, s.quiet.events = u, 0, 0 }
 
 // View is a published copy of one window of a summary.
-type View[S any] struct {
-	Span synopses.Span
-	Sum  S
-}
+type View[S any] = synopses.Window[S]
 
-// windowViews copies the three windows a query can ask for.
-func windowViews[S any](current, last, all func() (synopses.Span, S)) map[string]View[S] {
-	views := map[string]View[S]{}
-	for name, f := range map[string]func() (synopses.Span, S){WindowCurrent: current, WindowLast: last, WindowAll: all} {
-		span, sum := f()
-		views[name] = View[S]{span, sum}
-	}
-	return views
+// windowViews names the three windows a query can ask for.
+func windowViews[S any](current, last, all View[S]) map[string]View[S] {
+	return map[string]View[S]{WindowCurrent: current, WindowLast: last, WindowAll: all}
 }
 
 // Windowed is what both windowed synopses offer.
 type Windowed[S any] interface {
 	ft.Stateful
-	Current() (synopses.Span, S)
-	Last() (synopses.Span, S)
-	All() (synopses.Span, S)
+	// Windows copies the current, last and all windows (all may be the
+	// current one's copy: they are only read).
+	Windows() (current, last, all synopses.Window[S])
 	Late() uint64
 	Dropped() uint64
 }
@@ -277,6 +311,7 @@ type Summary[S any, W Windowed[S]] struct {
 // ProcessWith adds every value of each record with add, keeping fault
 // tolerance informed event by event and backing up at window ends.
 func (p *Summary[S, W]) ProcessWith(recs []runtime.Record, logged bool, add func(v string, weight float64, ts int64) (late, closed bool)) {
+	p.expect(len(recs), logged)
 	for i := range recs {
 		r := &recs[i]
 		p.Observe(r, logged)
@@ -302,7 +337,7 @@ func (p *Summary[S, W]) Idle(final bool) time.Duration {
 
 // Publish copies the windows queries read.
 func (p *Summary[S, W]) Publish(now time.Time) {
-	views := windowViews(p.Sketch.Current, p.Sketch.Last, p.Sketch.All)
+	views := windowViews(p.Sketch.Windows())
 	p.pub.Lock()
 	p.pub.views, p.pub.late, p.pub.dropped = views, p.Sketch.Late(), p.Sketch.Dropped()
 	p.pub.Unlock()

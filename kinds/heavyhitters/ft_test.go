@@ -1,0 +1,91 @@
+package heavyhitters_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/mlstream/mlstream/ft"
+	"github.com/mlstream/mlstream/runtime"
+	"github.com/valyala/fastjson"
+)
+
+// sameItem is n events of one item: each moves the divergence by 1.
+func sameItem(n int) []*fastjson.Value {
+	var a fastjson.Arena
+	out := make([]*fastjson.Value, n)
+	for i := range out {
+		o := a.NewObject()
+		o.Set("item", a.NewString("x"))
+		out[i] = o
+	}
+	return out
+}
+
+// waitBackups polls the job until it has stored n state backups (they are
+// written after the events that called for them are processed) and returns
+// how many it has.
+func waitBackups(t *testing.T, j *runtime.Job, n int64) int64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b := j.Status(false).FT.Backups
+		if b.Full+b.Delta >= n || time.Now().After(deadline) {
+			return b.Full + b.Delta
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitProcessed polls the job until it has processed n events.
+func waitProcessed(t *testing.T, j *runtime.Job, n uint64) runtime.JobStatus {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := j.Status(false)
+		if st.Processed >= n {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processed %d of %d events", st.Processed, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Backups on divergence hold to the event however few times the partition
+// asks its unit: with Θ = 10 on one partition (θ = Θ/2 = 5) and one item,
+// the divergence passes θ at every 6th event, and 1,200 events in requests
+// of 100 make 200 state backups beside the job's first one.
+func TestBackupOnDivergenceToTheEvent(t *testing.T) {
+	e, j := newJob(t, 1, runtime.FTSpec{Mode: ft.ModeApprox, MaxDivergence: 10, MaxPending: 1 << 20, MaxUnacked: 1 << 20, CompactEvery: 1024})
+	defer e.Close(context.Background())
+	vs := sameItem(1200)
+	for off := 0; off < len(vs); off += 100 {
+		commit(t, e, vs[off:off+100])
+	}
+	waitProcessed(t, j, uint64(len(vs)))
+	if got := waitBackups(t, j, 201); got != 201 {
+		t.Fatalf("%d backups, want the first one and 200 on divergence", got)
+	}
+}
+
+// Backups on events at risk too: with L = 200 on one partition (l = L/2 =
+// 100) and Θ out of reach, requests of 40 events (too few to be logged)
+// leave more than l at risk at the end of every third one: 10 backups for
+// 30 requests beside the job's first one.
+func TestBackupOnEventsAtRisk(t *testing.T) {
+	e, j := newJob(t, 1, runtime.FTSpec{Mode: ft.ModeApprox, MaxDivergence: 1e15, MaxPending: 200, MaxUnacked: 1 << 20, CompactEvery: 1024})
+	defer e.Close(context.Background())
+	vs := zipfEvents(1200)
+	for off := 0; off < len(vs); off += 40 {
+		commit(t, e, vs[off:off+40])
+		waitProcessed(t, j, uint64(off+40))
+	}
+	if got := waitBackups(t, j, 11); got != 11 {
+		t.Fatalf("%d backups, want the first one and 10 on events at risk", got)
+	}
+	if logged := j.Status(false).FT.Partitions[0].Logged; logged != 0 {
+		t.Fatalf("%d events logged", logged)
+	}
+}
