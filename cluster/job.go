@@ -143,7 +143,11 @@ func (st *jobState) streamConfigs() []jetstream.StreamConfig {
 // the job, before it does, so that the other nodes only open them (a
 // cluster answers several nodes creating one stream at once slowly).
 func (st *jobState) createStreams(ctx context.Context) error {
-	for _, sc := range st.streamConfigs() {
+	scs := st.streamConfigs()
+	if runtime.Shares(st.spec) {
+		scs = append(scs, st.deltaStreamConfig())
+	}
+	for _, sc := range scs {
 		if _, err := openStream(ctx, st.n.js, sc); err != nil {
 			return err
 		}

@@ -73,6 +73,9 @@ func (ps *partState) start(token uint64) {
 		old.cancel()
 		<-old.done
 	}
+	// Not owned until the take-over is done: what the old run queued is
+	// processed meanwhile and must not be backed up under the new token.
+	ps.owned.Store(false)
 	ps.token.Store(token)
 	go ps.own(r)
 }
@@ -196,8 +199,15 @@ func (ps *partState) takeOver(r *ownerRun) (position, position, error) {
 	if err != nil {
 		return pos, pos, err
 	}
-	ps.ring.reset(pos)
-	err = ps.st.job.Do(r.ctx, ps.p, func() { ps.st.job.SetNextSeq(ps.p, pos.rec+1) })
+	err = ps.st.job.Do(r.ctx, ps.p, func() {
+		// Here, after everything queued before: the ring then maps only
+		// what this run delivers.
+		ps.ring.reset(pos)
+		if ps.st.share != nil {
+			ps.st.job.ResetPartition(ps.p, pos.rec)
+		}
+		ps.st.job.SetNextSeq(ps.p, pos.rec+1)
+	})
 	return pos, pos, err
 }
 
@@ -210,7 +220,13 @@ func (ps *partState) fenceState(ctx context.Context, u *unitFT, token uint64) (p
 	u.rev.Store(rev)
 	pos := position{rec: h.Rec, resume: h.Resume, skip: h.Skip, from: h.Node, at: h.Created, graceful: h.Released}
 	if state == nil {
-		return pos, nil
+		// Nothing backed up yet: start from nothing, whatever this node's
+		// copy of the partition holds.
+		if u.zero == nil {
+			return pos, errors.New("cluster: no empty state to start the partition from")
+		}
+		state, h.Seqs = u.zero, []uint64{0}
+		pos.rec, pos.resume, pos.skip = 0, 0, 0
 	}
 	var rerr error
 	err = ps.st.job.Do(ctx, ps.p, func() { rerr = u.install(h, state) })

@@ -49,12 +49,8 @@ type sharing struct {
 }
 
 func (st *jobState) startSharing(ctx context.Context, sh runtime.Sharing) error {
-	cfg := st.n.cfg
 	s := &sharing{st: st, sh: sh, name: deltaStream(st.id), backups: make(chan chan error), done: make(chan struct{})}
-	sc := jetstream.StreamConfig{Name: s.name, Subjects: []string{"mls.delta." + st.id + ".*"}, Retention: jetstream.LimitsPolicy,
-		MaxAge: cfg.RetentionAge, MaxBytes: cfg.RetentionBytes, Storage: cfg.storage(), Replicas: cfg.Replicas,
-		Discard: jetstream.DiscardOld, Description: "mlstream model deltas of job " + st.name()}
-	if _, err := openStream(ctx, st.n.js, sc); err != nil {
+	if _, err := openStream(ctx, st.n.js, st.deltaStreamConfig()); err != nil {
 		return err
 	}
 	if err := s.restore(ctx); err != nil {
@@ -66,6 +62,14 @@ func (st *jobState) startSharing(ctx context.Context, sh runtime.Sharing) error 
 	s.cancel = cancel
 	go s.applyLoop(actx)
 	return nil
+}
+
+// deltaStreamConfig is the job's delta stream.
+func (st *jobState) deltaStreamConfig() jetstream.StreamConfig {
+	cfg := st.n.cfg
+	return jetstream.StreamConfig{Name: deltaStream(st.id), Subjects: []string{"mls.delta." + st.id + ".*"}, Retention: jetstream.LimitsPolicy,
+		MaxAge: cfg.RetentionAge, MaxBytes: cfg.RetentionBytes, Storage: cfg.storage(), Replicas: cfg.Replicas,
+		Discard: jetstream.DiscardOld, Description: "mlstream model deltas of job " + st.name()}
 }
 
 func (st *jobState) stopSharing() {

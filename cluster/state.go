@@ -327,6 +327,9 @@ func newClusterFT(st *jobState) *clusterFT {
 			st.n.log.Warn("a unit of several partitions has no fault tolerance in a cluster", "job", st.name(), "partitions", ps)
 			uf.part = noPartition
 		}
+		if uf.part >= 0 {
+			uf.zero = zeroState(u)
+		}
 		f.units = append(f.units, uf)
 	}
 	st.ft = f
@@ -383,6 +386,10 @@ type unitFT struct {
 	theta float64
 	rev   atomic.Uint64 // the state entry's revision this owner writes over
 	last  time.Time     // of the last backup; the unit's goroutine's
+	// zero is the unit's state before any event: what a node that takes
+	// the partition over installs when no backup exists, so that nothing
+	// its copy held from an earlier ownership or view is counted again.
+	zero []byte
 	// dirty says that events were folded in since the last backup: the
 	// view flusher writes the state within viewEvery even if no more come.
 	dirty atomic.Bool
@@ -511,6 +518,15 @@ func (u *unitFT) backup(released bool, then chan error) {
 				st.release(u.part, false)
 			}
 		}})
+}
+
+// zeroState snapshots a unit before its partition processed anything.
+func zeroState(u runtime.Unit) []byte {
+	var buf bytes.Buffer
+	if err := u.BackupState(&buf, true); err != nil {
+		return nil
+	}
+	return buf.Bytes()
 }
 
 // install makes a partition's state, written by its owner elsewhere,

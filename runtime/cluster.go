@@ -59,6 +59,15 @@ func (j *Job) Sharing() (Sharing, bool) {
 	return s, ok
 }
 
+// ResetPartition has a Sharing kind forget what partition p learned after
+// event lastSeq (PartitionResetting; nothing for a kind without it). Call
+// on the partition's goroutine (Do).
+func (j *Job) ResetPartition(p int, lastSeq uint64) {
+	if r, ok := j.kind.instance().(PartitionResetting); ok {
+		r.ResetPartition(p, lastSeq)
+	}
+}
+
 // Deliver queues records read back from the cluster's log for partition
 // p, waiting for room until ctx ends. They get the partition's next
 // sequence numbers; done (may be nil) is called on the partition's
@@ -134,6 +143,19 @@ func (e *Engine) CheckSpec(spec Spec) (Spec, error) {
 		return spec, fmt.Errorf("%w: %q", ErrJobExists, spec.Name)
 	}
 	return spec, e.admit(spec.Name, mem)
+}
+
+// Shares says whether jobs of spec's kind share deltas (Sharing), so that
+// a cluster can make their delta stream before any node runs the job.
+// It builds the kind's state once: for a job being declared, not per
+// event. spec must be valid (CheckSpec).
+func Shares(spec Spec) bool {
+	k, err := newKindJob(spec)
+	if err != nil {
+		return false
+	}
+	_, ok := k.instance().(Sharing)
+	return ok
 }
 
 // AppendRecords encodes recs for the cluster's log (the item log's record

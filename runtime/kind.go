@@ -190,6 +190,14 @@ type (
 		// Called from one goroutine at a time.
 		ApplyDelta(delta []byte, version uint64) error
 	}
+	// PartitionResetting is a Sharing kind that can forget what one
+	// partition learned after a point: a node taking partition p over
+	// (again) resumes its events after lastSeq, the last event the shared
+	// state holds, so anything the partition kept of later events would
+	// be counted twice. Called on the partition's goroutine (Job.Do).
+	PartitionResetting interface {
+		ResetPartition(p int, lastSeq uint64)
+	}
 )
 
 // Predicted is one answer of a Predictor.

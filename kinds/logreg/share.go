@@ -45,7 +45,10 @@ import (
 // least metricsEvery passed since it last sent them (and at shutdown), so
 // that every node's status shows every partition's metrics.
 
-var _ runtime.Sharing = (*logregJob)(nil)
+var (
+	_ runtime.Sharing            = (*logregJob)(nil)
+	_ runtime.PartitionResetting = (*logregJob)(nil)
+)
 
 // deltaFormat is the leading byte of a delta: its format's version.
 const deltaFormat = 1
@@ -364,4 +367,19 @@ func (j *logregJob) deltaStatus() *DeltaStatus {
 	}
 	return &DeltaStatus{Sent: j.share.sent.Load(), SendErrors: j.share.sendErrors.Load(),
 		Applied: j.share.applied.Load(), Refused: j.share.refused.Load(), Dropped: j.share.dropped.Load()}
+}
+
+// ResetPartition forgets what partition i learned after event lastSeq
+// (runtime.PartitionResetting): its owner resumes there, replaying what
+// came after from the log. Its unsent updates and those in flight go, and
+// it no longer drops events after a failed send.
+func (j *logregJob) ResetPartition(i int, lastSeq uint64) {
+	p := j.parts[i]
+	p.learner.AppendDelta(nil) // clears the pending updates
+	p.learner.ClearInFlight()
+	p.lastSeq = lastSeq
+	p.share.sentSeq, p.share.gapUpTo = lastSeq, 0
+	p.share.sentMark.Store(0)
+	p.unlogged = 0
+	p.unacked.Store(0)
 }
