@@ -25,15 +25,18 @@ type clusterPage struct {
 		Name, Link, Seen string
 		Self             bool
 	}
-	Cells []struct{ Job, Partition, Node, State, Text string }
-	Moves []struct {
-		Job, Partition, From, To, Graceful, Source, Text string
-	}
+	Cells     []struct{ Job, Partition, Node, State, Text string }
+	Moves     []clusterMove
 	Owns      map[string]string // job -> partitions this node owns, "0,3"
 	PubRate   string
 	Published string
 	Conn      string
 	Overflow  float64
+}
+
+// clusterMove is a row of the moves table.
+type clusterMove struct {
+	Job, Partition, From, To, Graceful, How, Source, Text string
 }
 
 const clusterPageJS = `(() => {
@@ -128,10 +131,8 @@ func TestDashboardClusterPanel(t *testing.T) {
 			sawOld = sawOld || c.State == "old"
 			sawMoving = sawMoving || c.State == "moving"
 		}
-		return s.spreadOver("top", "n1", "n2") && slices.ContainsFunc(s.Moves, func(m struct {
-			Job, Partition, From, To, Graceful, Source, Text string
-		}) bool {
-			return m.Job == "top" && m.From == "n3" && (m.To == "n1" || m.To == "n2") && m.Graceful == "false" && strings.Contains(m.Text, "failover")
+		return s.spreadOver("top", "n1", "n2") && slices.ContainsFunc(s.Moves, func(m clusterMove) bool {
+			return m.Job == "top" && m.From == "n3" && (m.To == "n1" || m.To == "n2") && m.Graceful == "false" && m.How == "failover" && strings.Contains(m.Text, "n3 → ")
 		})
 	})
 	t.Logf("the panel showed n3's partitions moved %s after kill -9 (saw a lease past its TTL: %v, a partition without owner: %v); moves: %+v",

@@ -248,15 +248,26 @@ function clusterFailover(m) {
   if (clusterView.mode === "cluster") renderMoves();
 }
 
+// moveKind names a move as the node's counters count it: a failover
+// comes from another node that stopped renewing; a move without a
+// previous node is a first owner, or (with a previous write) the same
+// node taking back a lease it lost.
+function moveKind(m) {
+  if (m.graceful) return "graceful";
+  if (m.from) return "failover";
+  return m.since_last_write_ms > 0 ? "taken back" : "first owner";
+}
+
 function renderMoves() {
   const p = clusterPanel(), list = newestMoves().slice(0, MOVES_SHOWN);
   const rows = list.map(m => {
-    const how = el("span", "badge " + (m.graceful ? "ok" : "warn"), m.graceful ? "graceful" : "failover");
+    const kind = moveKind(m);
+    const how = el("span", "badge " + ({ graceful: "ok", failover: "warn" }[kind] || "unknown"), kind);
     const lost = el("span", m.lost > 0 ? "bad-text" : "", int(m.lost));
     const tr = row([clockMs(m.at), m.job, m.partition ?? "global", `${m.from || "–"} → ${m.to || "–"}`, how,
-      dur(m.took_ms), dur(m.since_last_write_ms), int(m.replay_from), lost], ["", "", "num", "", "", "num", "num", "num", "num"]);
+      dur(m.took_ms), kind === "first owner" ? "–" : dur(m.since_last_write_ms), int(m.replay_from), lost], ["", "", "num", "", "", "num", "num", "num", "num"]);
     Object.assign(tr.dataset, { job: m.job, partition: String(m.partition ?? "global"), from: m.from || "", to: m.to || "",
-      graceful: String(!!m.graceful), source: m.source });
+      graceful: String(!!m.graceful), how: kind, source: m.source });
     return tr;
   });
   fill($(p, "table.moves tbody"), rows);
