@@ -201,19 +201,19 @@ func (b *browser) checkClusterRates(c *testCluster) {
 	})
 }
 
-// checkClusterWarnings renders a status with a lease past the TTL and a
-// partition without owner (a live cluster shows them only for moments)
-// and checks their cells warn.
+// checkClusterWarnings renders a status with a lease past the TTL, a
+// partition without owner and one this node holds but does not serve yet
+// (a live cluster shows them only for moments) and checks their cells.
 func (b *browser) checkClusterWarnings() {
 	b.t.Helper()
 	got := b.eval("rendering leases in trouble", `(() => {
 		renderCluster({node: "n1", nodes: [], counts: {}, moves: [], config: {lease_ttl: "2s"},
-			jobs: [{job: "warn-test", partitions: [{partition: 0, node: "n1", lease_age_ms: 300}, {partition: 1, node: "n2", lease_age_ms: 2500},
-				{partition: 2, lease_age_ms: 0}]}]}, Date.now());
+			jobs: [{job: "warn-test", partitions: [{partition: 0, node: "n1", lease_age_ms: 300, lag: 0}, {partition: 1, node: "n2", lease_age_ms: 2500},
+				{partition: 2, lease_age_ms: 0}, {partition: 3, node: "n1", lease_age_ms: 100}]}]}, Date.now());
 		const cells = [...document.querySelectorAll('#cluster .cjob[data-job="warn-test"] .pcell')];
 		return Object.fromEntries(cells.map(c => [c.dataset.partition, c.dataset.state + " " + getComputedStyle(c).outlineStyle + " " + c.textContent]));
 	})()`)
-	want := map[string]string{"0": "ok none p0n1300 ms", "1": "old solid p1n22.5 s", "2": "moving dashed p2moving–"}
+	want := map[string]string{"0": "ok none p0n1300 ms", "1": "old solid p1n22.5 s", "2": "moving dashed p2moving–", "3": "starting none p3n1taking over"}
 	for p, w := range want {
 		if got[p] != w {
 			b.fatalf("lease cells %v, want %v", got, want)

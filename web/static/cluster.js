@@ -107,7 +107,7 @@ function renderCluster(s, now) {
   set(p, "c_node", s.node || "–");
   set(p, "c_ttl", cfg.lease_ttl || "–");
   set(p, "c_config", `replicas ${cfg.replicas ?? "–"}, ${cfg.storage || "–"} storage, ${cfg.stream_groups ?? "–"} stream groups, retention ${cfg.retention_age || "–"} / ${bytes(cfg.retention_bytes)}, max lag ${int(cfg.max_lag)}`);
-  clusterCounts(p, s.counts || {}, now);
+  clusterCounts(p, s.counts || {});
   clusterNodes(p, s.node, nodes, jobsList, ttl, now);
   clusterLegend(p, names);
   clusterJobs(p, s.node, jobsList, ttl);
@@ -127,10 +127,10 @@ const COUNTERS = [["c_published", "published_messages", int], ["c_forwarded", "f
   ["c_backups", "backups", int], ["c_backup_bytes", "backup_bytes", bytes], ["c_unreadable", "unreadable_messages", int]];
 
 // clusterCounts shows this node's counters and its publish rate since
-// the last poll.
-function clusterCounts(p, c, now) {
-  const prev = clusterView.prev;
-  if (prev && isNum(c.published_messages) && now > prev.at) {
+// the last poll (timed by the browser's clock, which moves smoothly).
+function clusterCounts(p, c) {
+  const prev = clusterView.prev, now = Date.now();
+  if (prev && isNum(c.published_messages) && isNum(prev.published) && now > prev.at) {
     set(p, "c_pub_rate", sig(Math.max(0, c.published_messages - prev.published) * 1000 / (now - prev.at)));
   }
   clusterView.prev = { at: now, published: c.published_messages };
@@ -175,10 +175,12 @@ function clusterLegend(p, names) {
     li.append(swatch(n), n);
     return li;
   });
-  const moving = el("li", "moving", "no owner (moving)"), old = el("li", "old", "lease older than the TTL");
-  moving.prepend(el("i", "swatch"));
-  old.prepend(el("i", "swatch"));
-  $(p, "ul.legend").replaceChildren(...items, moving, old);
+  const marks = [["starting", "faded: this node is taking it over"], ["moving", "no owner (moving)"], ["old", "lease older than the TTL"]].map(([cls, text]) => {
+    const li = el("li", cls, text);
+    li.prepend(el("i", "swatch"));
+    return li;
+  });
+  $(p, "ul.legend").replaceChildren(...items, ...marks);
 }
 
 function clusterJobs(p, self, jobsList, ttl) {
@@ -189,7 +191,7 @@ function clusterJobs(p, self, jobsList, ttl) {
     if (j.model_version) h.append(el("small", "muted", `model version ${int(j.model_version)} `));
     if (j.lost_deltas) h.append(el("small", "bad-text", `${int(j.lost_deltas)} deltas lost`));
     const grid = el("div", "pgrid");
-    grid.append(...partsOf(j).map(o => partCell(o, ttl)));
+    grid.append(...partsOf(j).map(o => partCell(o, self, ttl)));
     box.append(h, grid, ownsLine(self, j));
     return box;
   });
@@ -199,7 +201,7 @@ function clusterJobs(p, self, jobsList, ttl) {
 // ownsLine says which of a job's leases this node holds, with their lag.
 function ownsLine(self, j) {
   const mine = partsOf(j).filter(o => o.node === self);
-  const lag = o => isNum(o.lag) ? ` (lag ${int(o.lag)})` : "";
+  const lag = o => isNum(o.lag) ? ` (lag ${int(o.lag)})` : o.global ? "" : " (taking over)";
   const ps = mine.filter(o => !o.global), g = mine.find(o => o.global);
   const what = [ps.length ? `partition${ps.length > 1 ? "s" : ""} ${ps.map(o => o.partition + lag(o)).join(", ")}` : "",
     g ? "the global unit" + lag(g) : ""].filter(Boolean).join(" and ");
@@ -210,19 +212,22 @@ function ownsLine(self, j) {
 
 // partCell is one lease: its owner's colour, the owner and the lease's
 // age; "old" once the age passes the lease TTL (the owner stopped
-// renewing), "moving" while nobody holds it.
-function partCell(o, ttl) {
+// renewing), "moving" while nobody holds it, "starting" while this node
+// holds the lease but does not serve the partition yet (restoring its
+// state; the status has a lag only for partitions this node serves).
+function partCell(o, self, ttl) {
   const c = el("div", "pcell");
-  const state = !o.node ? "moving" : o.lease_age_ms > ttl ? "old" : "ok";
+  const starting = o.node === self && !o.global && !isNum(o.lag);
+  const state = !o.node ? "moving" : o.lease_age_ms > ttl ? "old" : starting ? "starting" : "ok";
   c.dataset.partition = o.global ? "global" : String(o.partition);
   c.dataset.node = o.node || "";
   c.dataset.state = state;
   if (o.node) c.style.setProperty("--node", nodeColor(o.node));
   c.append(el("b", "", o.global ? "global" : "p" + o.partition), el("span", "", o.node || "moving"),
-    el("small", "", o.node ? dur(o.lease_age_ms) : "–"));
+    el("small", "", !o.node ? "–" : starting ? "taking over" : dur(o.lease_age_ms)));
   c.title = [o.global ? "global unit" : "partition " + o.partition, o.node ? "owner " + o.node : "no owner", o.token ? "token " + o.token : "",
     o.since ? "since " + o.since : "", "lease age " + dur(o.lease_age_ms), isNum(o.lag) ? "lag " + int(o.lag) + " events" : "",
-    state === "old" ? "older than the lease TTL" : ""].filter(Boolean).join("\n");
+    { old: "older than the lease TTL", starting: "this node holds the lease and is restoring the partition" }[state]].filter(Boolean).join("\n");
   return c;
 }
 
