@@ -3,7 +3,10 @@
 // from outside the service. The page (static/app.js) lives on the WebSocket
 // feed /v1/ws, polls GET /v1/jobs and /metrics for what the feed lacks,
 // draws each job's last minutes from GET /v1/jobs/{job}/history when it
-// opens, and samples predictions and join matches with short subscriptions. Charts are
+// opens, and samples predictions and join matches with short subscriptions.
+// On a cluster node (its metrics carry the label node) static/cluster.js
+// adds the Cluster panel from GET /v1/cluster and the feed's failover
+// messages. Charts are
 // uPlot, vendored in static/vendor with its licence (the README says how to
 // update it). The browser tests are in cmd/mlstream/dashboard_test.go.
 package web

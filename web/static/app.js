@@ -8,7 +8,8 @@
 // tokens answers 401: the page then asks for a read token, keeps it in
 // localStorage, and sends it as "Authorization: Bearer" on fetches and as
 // the WebSocket subprotocol "bearer.<token>" (next to "mlstream"), since
-// a browser cannot set headers on a WebSocket.
+// a browser cannot set headers on a WebSocket. A cluster node's Cluster
+// panel is cluster.js's.
 "use strict";
 
 const HISTORY = 600;        // chart points per series: ten minutes of stats
@@ -1009,7 +1010,10 @@ function parseMetrics(text) {
 
 async function pollMetrics() {
   const r = await apiFetch("/metrics");
-  if (r.ok) parseMetrics(await r.text());
+  if (!r.ok) return;
+  const text = await r.text();
+  parseMetrics(text);
+  clusterFromMetrics(text);
 }
 
 function poll() {
@@ -1119,6 +1123,10 @@ function reconnectText() {
 
 function onMessage(m) {
   if (typeof m.job !== "string") return;
+  if (m.type === "failover") {
+    clusterFailover(m);
+    return;
+  }
   const j = jobView(m.job, m.stats && m.stats.kind);
   switch (m.type) {
   case "stats":
@@ -1148,7 +1156,7 @@ function onMessage(m) {
 
 function connect() {
   if (authWait || feed) return;
-  const ws = openWS("types=stats,backup,recovery,topk,distinct");
+  const ws = openWS("types=stats,backup,recovery,topk,distinct,failover");
   feed = ws;
   let opened = false;
   ws.onopen = () => {
