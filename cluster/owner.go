@@ -297,7 +297,9 @@ func (ps *partState) deleteOldConsumers(r *ownerRun) {
 // consume feeds the partition from the consumer until the run ends or
 // the consumer fails.
 func (ps *partState) consume(r *ownerRun, pos position) error {
-	it, err := r.cons.Messages(jetstream.PullMaxBytes(16 << 20))
+	// Short pulls with heartbeats: a consumer whose server froze or died
+	// is noticed in seconds, and the run makes a new one elsewhere.
+	it, err := r.cons.Messages(jetstream.PullMaxBytes(16<<20), jetstream.PullExpiry(4*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		return err
 	}
@@ -307,19 +309,25 @@ func (ps *partState) consume(r *ownerRun, pos position) error {
 	}()
 	skip := pos.skip
 	last := uint64(0)
+	silent := 0
 	for {
 		msg, err := it.Next()
 		if err != nil {
 			if r.ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return r.ctx.Err()
 			}
-			if natsnode.Transient(err) || errors.Is(err, jetstream.ErrNoHeartbeat) {
-				// The pull goes on by itself (a leader changed, a heartbeat
-				// was late under load).
+			if errors.Is(err, jetstream.ErrNoHeartbeat) {
+				if silent++; silent >= maxSilent {
+					return fmt.Errorf("the consumer's server is silent: %w", err)
+				}
 				continue
+			}
+			if natsnode.Transient(err) {
+				continue // the pull goes on by itself (a leader changed)
 			}
 			return err
 		}
+		silent = 0
 		md, err := msg.Metadata()
 		if err != nil {
 			_ = msg.Term()
@@ -335,6 +343,10 @@ func (ps *partState) consume(r *ownerRun, pos position) error {
 		}
 	}
 }
+
+// maxSilent is how many missed heartbeats in a row make a run give its
+// consumer up and take the partition over again with a new one.
+const maxSilent = 3
 
 // deliver hands one message's events to the partition.
 func (ps *partState) deliver(r *ownerRun, msg jetstream.Msg, md *jetstream.MsgMetadata, skip *int) error {
