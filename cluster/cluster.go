@@ -362,6 +362,7 @@ func (n *Node) Lost(key string) {
 
 func (n *Node) stopAllOwners() {
 	for _, st := range n.jobsList() {
+		st.stopSource()
 		st.releaseAll(false)
 	}
 }

@@ -25,10 +25,11 @@ type jobState struct {
 	job *runtime.Job // set by Attach
 	// ready is set once Attach is done: the streams exist and fault
 	// tolerance is set up, so partitions may be taken.
-	ready atomic.Bool
-	parts []*partState
-	ft    *clusterFT // nil without fault tolerance
-	share *sharing   // nil unless the kind shares deltas
+	ready  atomic.Bool
+	parts  []*partState
+	ft     *clusterFT // nil without fault tolerance
+	share  *sharing   // nil unless the kind shares deltas
+	source *source    // nil unless the job reads a NATS source
 
 	// global is the lease of the job's global unit (a Sharing kind's
 	// model): its holder backs the unit up.
@@ -59,6 +60,9 @@ func (st *jobState) start() {
 		st.startErr = err
 		st.n.log.Error("a job of the cluster could not start here", "job", st.name(), "err", err)
 		return
+	}
+	if err := st.startSource(); err != nil {
+		st.n.log.Error("the job's NATS source cannot be read here", "job", st.name(), "err", err)
 	}
 	st.n.updateKeys()
 	for key, token := range st.n.leases.Owned() {

@@ -357,6 +357,7 @@ func (n *Node) stopJob(name string) {
 		return
 	}
 	<-st.started
+	st.stopSource()
 	st.releaseAll(false)
 	if st.job != nil {
 		if err := n.engine.DeleteJob(name); err != nil && !errors.Is(err, runtime.ErrUnknownJob) {

@@ -23,6 +23,9 @@ type partState struct {
 	p  int
 
 	owned atomic.Bool   // processing events of the log (after the take-over)
+	// running is set while a run exists (taking over or owning): views
+	// are not installed then, a stale one would undo the restore.
+	running atomic.Bool
 	token atomic.Uint64 // the lease's fencing token while owned
 	ring  posRing       // where the partition's events came from in the log
 
@@ -77,6 +80,7 @@ func (ps *partState) start(token uint64) {
 	// processed meanwhile and must not be backed up under the new token.
 	ps.owned.Store(false)
 	ps.token.Store(token)
+	ps.running.Store(true)
 	go ps.own(r)
 }
 
@@ -97,6 +101,7 @@ func (ps *partState) stop(graceful bool) {
 		ps.handOver(r)
 	}
 	ps.owned.Store(false)
+	ps.running.Store(false)
 	ps.viewRev.Store(0) // the next view poll installs whoever owns it next
 	if r.consName != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -391,7 +396,7 @@ func (ps *partState) announce(r *ownerRun, prev, pos position, took time.Duratio
 	}
 	n.recordMove(ps.st.name(), f)
 	n.log.Info("partition taken over", append(ps.log(), "from", f.From, "graceful", f.Graceful, "token", r.token,
-		"replay_from", pos.resume, "took", took.String())...)
+		"rec", pos.rec, "replay_from", pos.resume, "skip", pos.skip, "took", took.String())...)
 	if msg, err := runtime.EncodeFailover(ps.st.name(), time.Now().UnixMilli(), f); err == nil {
 		n.engine.Hub().Publish(ps.st.name(), runtime.TypeFailover, msg)
 	}

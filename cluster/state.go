@@ -513,7 +513,10 @@ func (u *unitFT) backup(released bool, then chan error) {
 		ok:    u.rev.Store,
 		valid: func() bool { return u.owned() && u.token() == token },
 		fail: func(fenced bool) {
-			if fenced {
+			// Only the run that wrote it stops: a write queued by an
+			// earlier run of this node fails against the current one's
+			// take-over record, and must not end it.
+			if fenced && u.owned() && u.token() == token {
 				st.n.log.Warn("fenced off: a newer owner took over", "job", st.name(), "partition", u.part)
 				st.release(u.part, false)
 			}

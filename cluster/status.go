@@ -20,6 +20,7 @@ type nodeStats struct {
 	backups     atomic.Uint64 // state backups written
 	backupBytes atomic.Int64
 	poison      atomic.Uint64 // unreadable log messages skipped
+	sourced     atomic.Uint64 // events read from jobs' NATS sources here
 
 	mu    sync.Mutex
 	moves []Move // the latest, oldest first
@@ -86,6 +87,7 @@ type Counts struct {
 	Backups     uint64 `json:"backups"`
 	BackupBytes int64  `json:"backup_bytes"`
 	Poison      uint64 `json:"unreadable_messages"`
+	Sourced     uint64 `json:"sourced_events"`
 }
 
 // StatusConfig is the cluster configuration this node runs with.
@@ -125,7 +127,7 @@ func (n *Node) counts() Counts {
 	st := &n.stats
 	return Counts{Published: st.published.Load(), Forwarded: st.forwarded.Load(), Views: st.views.Load(),
 		Takeovers: st.takeovers.Load(), Failovers: st.failovers.Load(), Backups: st.backups.Load(),
-		BackupBytes: st.backupBytes.Load(), Poison: st.poison.Load()}
+		BackupBytes: st.backupBytes.Load(), Poison: st.poison.Load(), Sourced: st.sourced.Load()}
 }
 
 func (n *Node) statusConfig() StatusConfig {

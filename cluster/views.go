@@ -30,7 +30,7 @@ func (n *Node) pollViews() {
 				continue
 			}
 			for _, ps := range st.parts {
-				if !ps.owned.Load() && st.ft.unitOf(ps.p) != nil {
+				if !ps.running.Load() && st.ft.unitOf(ps.p) != nil {
 					n.refreshView(st, ps)
 				}
 			}
@@ -59,7 +59,7 @@ func (n *Node) refreshView(st *jobState, ps *partState) {
 	u := st.ft.unitOf(ps.p)
 	var ierr error
 	if err := st.job.Do(ctx, ps.p, func() {
-		if !ps.owned.Load() {
+		if !ps.running.Load() {
 			ierr = u.install(h, state)
 		}
 	}); err != nil {

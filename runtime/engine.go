@@ -190,6 +190,9 @@ func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created boo
 	if err := spec.validate(e.cfg.Partitions, e.cfg.QueueSize); err != nil {
 		return false, err
 	}
+	if spec.Source != nil && e.cfg.Cluster == nil {
+		return false, &SpecError{"source", "a NATS source needs cluster mode (serve with --cluster or --nats)"}
+	}
 	withFT := e.cfg.Storage != nil && spec.FT.Mode != ft.ModeNone
 	mem, err := estimateMemory(spec, withFT)
 	if err != nil {

@@ -41,6 +41,40 @@ type Spec struct {
 	Sync SyncSpec `json:"sync"`
 	// Shed turns load shedding on (kinds with a ShedPolicy).
 	Shed *ShedSpec `json:"shed,omitempty"`
+	// Source feeds the job's input stream from NATS as well as HTTP
+	// (cluster mode only).
+	Source *SourceSpec `json:"source,omitempty"`
+}
+
+// SourceSpec is a NATS subject or JetStream stream that other systems
+// publish events to (JSON objects, arrays of them, or NDJSON, a message
+// each), read into the job's input stream as if posted to it. Exactly one
+// of Subject (core NATS, read by a queue group: at most once) and Stream
+// (a JetStream stream, read by a durable consumer and acknowledged once
+// the cluster stored the events: at least once) is set; with Stream,
+// Subject may filter it.
+type SourceSpec struct {
+	Subject string `json:"subject,omitempty"`
+	Stream  string `json:"stream,omitempty"`
+}
+
+func (s *SourceSpec) validate(kind *Kind) error {
+	if s == nil {
+		return nil
+	}
+	if kind.TwoStreams {
+		return &SpecError{"source", "a kind that reads two streams takes no source"}
+	}
+	if s.Subject == "" && s.Stream == "" {
+		return &SpecError{"source", "give subject (core NATS) or stream (JetStream)"}
+	}
+	if len(s.Subject) > 256 || strings.ContainsAny(s.Subject, " \t\r\n") {
+		return &SpecError{"source.subject", "a NATS subject of at most 256 characters without spaces"}
+	}
+	if len(s.Stream) > 64 || strings.ContainsAny(s.Stream, " .*>/\\\t\r\n") {
+		return &SpecError{"source.stream", "a JetStream stream name: at most 64 characters, no spaces, . * > / or \\"}
+	}
+	return nil
 }
 
 // FTSpec is a job's fault-tolerance section: the mode and AF-Stream's
@@ -153,6 +187,9 @@ func (s *Spec) validate(defPartitions, defQueue int) error {
 		return &SpecError{"sync.staleness", fmt.Sprintf("must be in [1, %d] groups, got %d", maxStaleness, s.Sync.Staleness)}
 	}
 	if err := s.Shed.validate(kind); err != nil {
+		return err
+	}
+	if err := s.Source.validate(kind); err != nil {
 		return err
 	}
 	return s.FT.validate(kind)

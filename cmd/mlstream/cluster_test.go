@@ -18,6 +18,8 @@ import (
 	"github.com/mlstream/mlstream/client"
 	"github.com/mlstream/mlstream/cluster"
 	"github.com/mlstream/mlstream/internal/gen"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // testCluster is n nodes of the binary on loopback, each with its own
@@ -381,6 +383,47 @@ func TestClusterOnExternalNATS(t *testing.T) {
 	sent := postNDJSON(t, u1, "clicks", clickBody(0, 500)) + postNDJSON(t, u0, "clicks", clickBody(500, 500))
 	waitTotal(t, u0, "top", uint64(sent), 30*time.Second)
 	waitTotal(t, u1, "top", uint64(sent), 30*time.Second)
+	t.Run("sources", func(t *testing.T) { checkSources(t, url, u0, u1) })
+}
+
+// checkSources: jobs read events that another system publishes to a
+// JetStream stream (at least once) and to a core NATS subject, including
+// a malformed message, which is refused and counted, not stuck.
+func checkSources(t *testing.T, natsURL, u0, u1 string) {
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "SHOP", Subjects: []string{"shop.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	putJobAt(t, u0, `{"name":"shop","kind":"heavy_hitters","input":"shop-clicks","partitions":4,"params":{"field":"item"},"source":{"stream":"SHOP","subject":"shop.clicks"}}`)
+	putJobAt(t, u1, `{"name":"core","kind":"heavy_hitters","input":"core-clicks","partitions":4,"params":{"field":"item"},"source":{"subject":"core.clicks"}}`)
+	for i := range 20 {
+		if _, err := js.Publish(t.Context(), "shop.clicks", clickBody(i*50, 50)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 {
+			if _, err := js.Publish(t.Context(), "shop.clicks", []byte(`{"item": broken`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range 10 {
+		if err := nc.Publish("core.clicks", clickBody(i*50, 50)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = nc.Flush()
+	for _, u := range []string{u0, u1} {
+		waitTotal(t, u, "shop", 1000, 30*time.Second)
+		waitTotal(t, u, "core", 500, 30*time.Second)
+	}
 }
 
 // startNATSServer builds nats-server from the module and runs it with

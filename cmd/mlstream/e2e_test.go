@@ -65,7 +65,14 @@ func start(t *testing.T, args ...string) *proc {
 // startEnv starts mlstream with env added to the test's environment.
 func startEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, cmd: exec.Command(binary, args...), addr: make(chan string, 1), done: make(chan error, 1)}
+	return startCmd(t, env, binary, args...)
+}
+
+// startCmd starts the command name (the binary, or a wrapper that execs
+// it, such as ip netns exec) as a proc.
+func startCmd(t *testing.T, env []string, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: exec.Command(name, args...), addr: make(chan string, 1), done: make(chan error, 1)}
 	if env != nil {
 		p.cmd.Env = append(os.Environ(), env...)
 	}
