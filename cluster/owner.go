@@ -22,12 +22,12 @@ type partState struct {
 	st *jobState
 	p  int
 
-	owned atomic.Bool   // processing events of the log (after the take-over)
+	owned atomic.Bool // processing events of the log (after the take-over)
 	// running is set while a run exists (taking over or owning): views
 	// are not installed then, a stale one would undo the restore.
 	running atomic.Bool
-	token atomic.Uint64 // the lease's fencing token while owned
-	ring  posRing       // where the partition's events came from in the log
+	token   atomic.Uint64 // the lease's fencing token while owned
+	ring    posRing       // where the partition's events came from in the log
 
 	// lastDelta is the sequence of this partition's last message on its
 	// delta subject (Sharing kinds): the next delta expects it, so an old
