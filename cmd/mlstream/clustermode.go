@@ -134,8 +134,14 @@ func startNATS(ctx context.Context, c clusterOptions, data string, log *slog.Log
 	if err != nil {
 		return nil, fmt.Errorf("--js-max-memory: %w", err)
 	}
-	nn, err := natsnode.Start(ctx, natsnode.Config{Name: c.node, Dir: filepath.Join(data, "nats"), ClusterAddr: c.routeAddr,
-		Peers: c.peerList(""), ClientAddr: c.natsListen, MaxMemory: maxMem, MaxStore: maxStore, Logger: log})
+	// A cluster of one (no other peer) runs a lone JetStream server: a
+	// clustered server never elects a leader without a majority of peers.
+	routeAddr, peers := c.routeAddr, c.peerList("")
+	if len(c.peerList(c.routeAddr)) <= 1 {
+		routeAddr, peers = "", nil
+	}
+	nn, err := natsnode.Start(ctx, natsnode.Config{Name: c.node, Dir: filepath.Join(data, "nats"), ClusterAddr: routeAddr,
+		Peers: peers, ClientAddr: c.natsListen, MaxMemory: maxMem, MaxStore: maxStore, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
 	}
