@@ -152,10 +152,14 @@ func (ps *partState) own(r *ownerRun) {
 	defer close(r.done)
 	for r.ctx.Err() == nil {
 		began := time.Now()
-		pos, prev, err := ps.takeOver(r)
+		// Each attempt is bounded: a call that keeps failing transiently
+		// (a stream without a leader) surfaces in the log and is retried.
+		ctx, cancel := context.WithTimeout(r.ctx, takeOverWait)
+		pos, prev, err := ps.takeOver(ctx, r)
 		if err == nil {
-			err = ps.subscribe(r, pos)
+			err = ps.subscribe(ctx, r, pos)
 		}
+		cancel()
 		if errors.Is(err, errFenced) {
 			ps.st.n.log.Warn("take-over refused: a newer owner exists", ps.log()...)
 			return
@@ -178,6 +182,9 @@ func (ps *partState) own(r *ownerRun) {
 	}
 }
 
+// takeOverWait bounds one attempt to take a partition over.
+const takeOverWait = 20 * time.Second
+
 // position is where a new owner resumes in the log.
 type position struct {
 	rec      uint64 // the last event the restored state holds
@@ -191,20 +198,20 @@ type position struct {
 // takeOver fences the partition's state (or delta subject) with this
 // run's token, restores the state on the partition's goroutine and
 // numbers the events that follow.
-func (ps *partState) takeOver(r *ownerRun) (position, position, error) {
+func (ps *partState) takeOver(ctx context.Context, r *ownerRun) (position, position, error) {
 	var pos position
 	var err error
 	if ps.st.share != nil {
-		pos, err = ps.st.share.fence(r.ctx, ps, r.token)
+		pos, err = ps.st.share.fence(ctx, ps, r.token)
 	} else if u := ps.unit(); u != nil {
-		pos, err = ps.fenceState(r.ctx, u, r.token)
+		pos, err = ps.fenceState(ctx, u, r.token)
 	} else {
-		pos, err = ps.livePosition(r.ctx)
+		pos, err = ps.livePosition(ctx)
 	}
 	if err != nil {
 		return pos, pos, err
 	}
-	err = ps.st.job.Do(r.ctx, ps.p, func() {
+	err = ps.st.job.Do(ctx, ps.p, func() {
 		// Here, after everything queued before: the ring then maps only
 		// what this run delivers.
 		ps.ring.reset(pos)
@@ -256,7 +263,7 @@ func consumerPrefix(p int) string { return "p" + strconv.Itoa(p) + "-t" }
 
 // subscribe creates this run's durable pull consumer from the position
 // and deletes those of earlier owners.
-func (ps *partState) subscribe(r *ownerRun, pos position) error {
+func (ps *partState) subscribe(ctx context.Context, r *ownerRun, pos position) error {
 	s := ps.st.stream(ps.p)
 	// A name per attempt: a consumer's start cannot be changed, and a run
 	// that takes over again starts where its backup says.
@@ -272,7 +279,7 @@ func (ps *partState) subscribe(r *ownerRun, pos position) error {
 	if pos.resume > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, pos.resume
 	}
-	err := natsnode.Retry(r.ctx, func(ctx context.Context) error {
+	err := natsnode.Retry(ctx, func(ctx context.Context) error {
 		var err error
 		r.cons, err = s.CreateOrUpdateConsumer(ctx, cfg)
 		return err
@@ -280,7 +287,7 @@ func (ps *partState) subscribe(r *ownerRun, pos position) error {
 	if err != nil {
 		return err
 	}
-	ps.deleteOldConsumers(r)
+	ps.deleteOldConsumers(ctx, r)
 	return nil
 }
 
@@ -288,13 +295,13 @@ func (ps *partState) subscribe(r *ownerRun, pos position) error {
 // fetched and not yet processed.
 func (ps *partState) maxAckPending() int { return 64 }
 
-func (ps *partState) deleteOldConsumers(r *ownerRun) {
+func (ps *partState) deleteOldConsumers(ctx context.Context, r *ownerRun) {
 	s := ps.st.stream(ps.p)
-	names := s.ConsumerNames(r.ctx)
+	names := s.ConsumerNames(ctx)
 	prefix := consumerPrefix(ps.p)
 	for name := range names.Name() {
 		if strings.HasPrefix(name, prefix) && name != r.consName {
-			_ = s.DeleteConsumer(r.ctx, name)
+			_ = s.DeleteConsumer(ctx, name)
 		}
 	}
 }
