@@ -272,10 +272,11 @@ func (ps *partState) subscribe(ctx context.Context, r *ownerRun, pos position) e
 	cfg := jetstream.ConsumerConfig{Durable: r.consName, FilterSubject: inputSubject(ps.st.id, ps.p),
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
 		MaxAckPending: ps.maxAckPending(), InactiveThreshold: 2 * time.Minute, DeliverPolicy: jetstream.DeliverAllPolicy,
-		// One replica in memory: a consumer is only its owner's cursor. A
-		// new owner makes its own from the backup's position, so nothing
-		// is lost with it, and the cluster runs no Raft group for it.
-		Replicas: 1, MemoryStorage: true}
+		// In memory, with the stream's replicas: a consumer is only its
+		// owner's cursor (a new owner makes its own from the backup's
+		// position), but a single replica may sit on a peer that froze or
+		// was cut off, and then never answers.
+		MemoryStorage: true}
 	if pos.resume > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, pos.resume
 	}

@@ -176,6 +176,10 @@ func configText(cfg Config, token string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "server_name: %s\n", quote(cfg.Name))
 	fmt.Fprintf(&b, "max_payload: %d\n", cfg.MaxPayload)
+	// A peer that froze (SIGSTOP) or was cut off keeps its TCP connection:
+	// pings every 2 s, 3 unanswered, drop it in about 6 s rather than the
+	// default 2 minutes, so that it stops counting as a live peer.
+	b.WriteString("ping_interval: \"2s\"\nping_max: 3\n")
 	writeClientListener(&b, cfg, token)
 	b.WriteString("jetstream {\n")
 	fmt.Fprintf(&b, "  store_dir: %s\n", quote(cfg.Dir))
