@@ -183,7 +183,7 @@ func (ps *partState) own(r *ownerRun) {
 }
 
 // takeOverWait bounds one attempt to take a partition over.
-const takeOverWait = 20 * time.Second
+const takeOverWait = 8 * time.Second
 
 // position is where a new owner resumes in the log.
 type position struct {

@@ -158,6 +158,22 @@ func retryingPost(ctx context.Context, url, stream string, body []byte) (bool, e
 	return true, nil
 }
 
+// postRetrying posts batches from..to-1 round robin over the nodes with
+// retries (the cluster may answer 429 while partitions move) and returns
+// the events accepted.
+func (c *testCluster) postRetrying(from, to int) int {
+	c.t.Helper()
+	sent := 0
+	for i := from; i < to; i++ {
+		ok, err := retryingPost(c.t.Context(), c.url(i%len(c.nodes)), "clicks", clickBody(i*100, 100))
+		if !ok {
+			c.t.Fatalf("posting batch %d: %v", i, err)
+		}
+		sent += 100
+	}
+	return sent
+}
+
 // topTotal is the heavy-hitters job's total count as node url answers it.
 func topTotal(t *testing.T, url, job string) uint64 {
 	t.Helper()
@@ -338,9 +354,7 @@ func TestClusterPausedNodeIsFencedOff(t *testing.T) {
 	// The woken node finds its leases gone and rejoins; whatever it
 	// still had in hand must not overwrite the others' state.
 	c.waitOwned(0, "top", 30*time.Second, "n1", "n2", "n3")
-	for i := 20; i < 30; i++ {
-		sent += postNDJSON(t, c.url(i%3), "clicks", clickBody(i*100, 100))
-	}
+	sent += c.postRetrying(20, 30)
 	for i := range 3 {
 		waitTotal(t, c.url(i), "top", uint64(sent), 30*time.Second)
 	}
@@ -360,9 +374,7 @@ func TestClusterRestartedNodeRejoins(t *testing.T) {
 	c.waitOwned(0, "top", 30*time.Second, "n1", "n2")
 	c.restart(2)
 	c.waitOwned(0, "top", 60*time.Second, "n1", "n2", "n3")
-	for i := 10; i < 20; i++ {
-		sent += postNDJSON(t, c.url(i%3), "clicks", clickBody(i*100, 100))
-	}
+	sent += c.postRetrying(10, 20)
 	for i := range 3 {
 		waitTotal(t, c.url(i), "top", uint64(sent), 30*time.Second)
 	}

@@ -52,9 +52,7 @@ func TestClusterPartitionedNodeHeals(t *testing.T) {
 
 	net.link(2, true)
 	c.waitOwned(0, "top", 90*time.Second, "n1", "n2", "n3")
-	for i := 19; i < 28; i++ {
-		sent += postNDJSON(t, c.url(i%3), "clicks", clickBody(i*100, 100))
-	}
+	sent += c.postRetrying(19, 28)
 	for i := range 3 {
 		waitTotal(t, c.url(i), "top", uint64(sent), 60*time.Second)
 	}
