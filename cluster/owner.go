@@ -150,6 +150,7 @@ func (ps *partState) unit() *unitFT {
 // own is one ownership: take over, then consume until stopped.
 func (ps *partState) own(r *ownerRun) {
 	defer close(r.done)
+	defer ps.ended(r)
 	for r.ctx.Err() == nil {
 		began := time.Now()
 		// Each attempt is bounded: a call that keeps failing transiently
@@ -179,6 +180,26 @@ func (ps *partState) own(r *ownerRun) {
 		}
 		ps.owned.Store(false)
 		ps.st.n.log.Warn("consuming stopped; taking over again", append(ps.log(), "err", err)...)
+	}
+}
+
+// ended clears the partition's state when run r ended by itself (a newer
+// owner refused it) rather than by stop: views of the partition are then
+// installed again, and a later lease starts afresh.
+func (ps *partState) ended(r *ownerRun) {
+	if r.ctx.Err() != nil {
+		return // stopped: stop does the rest
+	}
+	ps.mu.Lock()
+	mine := ps.run == r
+	if mine {
+		ps.run = nil
+	}
+	ps.mu.Unlock()
+	if mine {
+		ps.owned.Store(false)
+		ps.running.Store(false)
+		ps.viewRev.Store(0)
 	}
 }
 
