@@ -52,6 +52,21 @@ func newJobState(n *Node, rec jobRecord) *jobState {
 
 func (st *jobState) name() string { return st.spec.Name }
 
+// failed reports whether the job's start ended here in an error that
+// another try may not meet (a stream that did not answer in time): not a
+// bad spec or a full budget, which would fail again.
+func (st *jobState) failed() bool {
+	select {
+	case <-st.started:
+	default:
+		return false
+	}
+	var se *runtime.SpecError
+	var be *runtime.BudgetError
+	err := st.startErr
+	return err != nil && !errors.As(err, &se) && !errors.As(err, &be) && !errors.Is(err, runtime.ErrTooManyJobs)
+}
+
 // start runs the job in this node's engine (which calls Attach), then
 // takes the partitions whose leases this node holds already.
 func (st *jobState) start() {

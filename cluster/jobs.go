@@ -258,6 +258,7 @@ func (n *Node) followJobs(initial chan struct{}) error {
 				n.stopUnseen(seen)
 				seen = nil
 				if initial != nil {
+					n.waitStarted(jobsStartWait)
 					close(initial)
 					initial = nil
 				}
@@ -310,6 +311,26 @@ func (n *Node) reconcileJobs() {
 	}
 }
 
+// jobsStartWait bounds how long a starting node waits for the cluster's
+// jobs to run here before it says it is ready.
+const jobsStartWait = time.Minute
+
+// waitStarted waits until every job known here has started (or failed
+// to), at most d: a node is ready once it runs the cluster's jobs, so
+// that a client it answers is never told that a job does not exist.
+func (n *Node) waitStarted(d time.Duration) {
+	deadline := time.After(d)
+	for _, st := range n.jobsList() {
+		select {
+		case <-st.started:
+		case <-deadline:
+			return
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
+
 // stopUnseen stops the jobs that run here but are not in the bucket.
 func (n *Node) stopUnseen(seen map[string]bool) {
 	for _, st := range n.jobsList() {
@@ -332,9 +353,11 @@ func (n *Node) applyJob(e jetstream.KeyValueEntry) {
 		return
 	}
 	if st := n.job(name); st != nil {
-		if st.inc == rec.Incarnation {
+		if st.inc == rec.Incarnation && !st.failed() {
 			return
 		}
+		// Another incarnation, or this one failed to start here (a
+		// stream that did not answer in time): start it (again).
 		n.stopJob(name)
 	}
 	st := newJobState(n, rec)
