@@ -31,11 +31,14 @@ import (
 
 // The cluster section: cluster mode with real processes of the binary on
 // loopback, started together as docs/cluster.md says (--lease-ttl 2s).
-// Ingest throughput of single-node mode against clusters of 1, 2 and 3
-// nodes; failover after kill -9 (time until every partition is owned by a
-// live node and an event of a partition the dead node owned is counted),
-// whether queries stop meanwhile, and acknowledged events lost; logreg
-// accuracy after 10 kills.
+// Ingest throughput of single-node mode against clusters of 1 (on a
+// nats-server of its own), 2 and 3 nodes; failover after kill -9 (time
+// until every partition is owned by a live node and probe events of the
+// partitions the dead node owned are counted), whether the survivors'
+// queries stop meanwhile, and acknowledged events lost or counted twice;
+// logreg accuracy after 10 kills. Misbehaviour is reported, in the tables'
+// trouble cells and by keeping the nodes' logs, not worked around, except
+// a node that does not start a job, which is restarted once (and listed).
 
 const (
 	hhJob, hhStream = "hh", "clicks"
@@ -582,6 +585,19 @@ func waitCounted(nd *benchNode, want uint64, within time.Duration) (uint64, erro
 	}
 }
 
+// stableTotal polls nd's total, from last, until it has not changed for
+// 3 s (at most 20 s), and returns it.
+func stableTotal(nd *benchNode, last uint64) uint64 {
+	changed := time.Now()
+	poll(20*time.Second, 100*time.Millisecond, func() bool {
+		if t, err := nd.total(); err == nil && t != last {
+			last, changed = t, time.Now()
+		}
+		return time.Since(changed) >= 3*time.Second
+	})
+	return last
+}
+
 // totalsText is the topk total of each node, for a trouble report.
 func totalsText(nodes []*benchNode) string {
 	var parts []string
@@ -877,20 +893,32 @@ func clusterFailover(bin string, kills int) {
 		}
 	}
 	tr.end()
-	counted, err := waitCounted(bc.nodes[0], tr.acked.Load(), 20*time.Second)
-	end := finalCount{acked: tr.acked.Load(), counted: counted}
-	if err != nil {
-		end.trouble = err.Error() + " (" + totalsText(bc.nodes) + ")"
+	end := finalCount{acked: tr.acked.Load()}
+	var stuck []string
+	for _, nd := range bc.nodes {
+		counted, err := waitCounted(nd, end.acked, 20*time.Second)
+		if err != nil {
+			stuck = append(stuck, nd.name+": "+err.Error())
+		} else {
+			// Events counted twice make the total pass the acknowledged
+			// before every view is in: the last total is what counts.
+			counted = stableTotal(nd, counted)
+		}
+		end.counted = append(end.counted, counted)
+	}
+	if len(stuck) > 0 {
+		end.trouble = strings.Join(stuck, "; ")
 		bc.keepLogs("at the end: " + end.trouble)
 	}
 	failoverTables(results, end, tr, bc)
 }
 
-// finalCount is what was acknowledged and counted once the trickle ended
-// with every node up.
+// finalCount is what was acknowledged, and counted by each node, once the
+// trickle ended with every node up.
 type finalCount struct {
-	acked, counted uint64
-	trouble        string
+	acked   uint64
+	counted []uint64
+	trouble string
 }
 
 // settle waits, at most 20 s, until every node has counted what was
@@ -1057,7 +1085,7 @@ func failoverTables(results []killResult, end finalCount, tr *trickle, bc *bench
 		return
 	}
 	s := newTable("cluster", "Cluster: failover after kill -9, summary",
-		fmt.Sprintf("%d kills of the per-kill table. Failed ingest attempts of the trickle and probes, by status: %s; trickle batches never accepted: %d events. At the end, the trickle stopped and every node up: %s.", len(results), bc.failuresText(), tr.dropped.Load(), cmp.Or(end.trouble, "the first node counted every acknowledged event"))+workaroundsText(bc),
+		fmt.Sprintf("%d kills of the per-kill table. Failed ingest attempts of the trickle and probes, by status: %s; trickle batches never accepted: %d events. At the end, the trickle stopped and every node up: %s.", len(results), bc.failuresText(), tr.dropped.Load(), cmp.Or(end.trouble, "every node counted every acknowledged event"))+workaroundsText(bc),
 		"measurement", "value", "unit", "target")
 	s.Row("failover: processing again after kill -9 (median)", num(time.Duration(mid(fo)).Seconds(), "%.2f"), "s", "<= 6 s")
 	s.Row("failover: worst", num(time.Duration(slices.Max(fo)).Seconds(), "%.2f"), "s", "<= 12 s")
@@ -1065,7 +1093,10 @@ func failoverTables(results []killResult, end finalCount, tr *trickle, bc *bench
 	s.Row("longest gap between topk answers of a survivor (worst)", num(worstGap.Seconds(), "%.2f"), "s", "")
 	s.Row("failed topk probes on survivors (all kills)", failedProbes, "requests", "0")
 	s.Row("acknowledged events (all kills)", end.acked, "events", "")
-	s.Row("acknowledged − counted at the end, all nodes up (positive: lost; negative: counted twice)", int64(end.acked)-int64(end.counted), "events", "0")
+	for i, c := range end.counted {
+		s.Row(fmt.Sprintf("acknowledged − counted by %s at the end, all nodes up (positive: lost or not counted; negative: counted twice)", bc.nodes[i].name),
+			int64(end.acked)-int64(c), "events", "0")
+	}
 	s.Print()
 }
 
