@@ -88,16 +88,7 @@ func lrCrashes(bin string, quick bool) {
 	if quick {
 		total = 30_000
 	}
-	g := gen.New(gen.Config{Seed: 5, Vocabulary: 50_000})
-	train := make([][]byte, total)
-	for i := range train {
-		ev := g.Next()
-		train[i] = ev.AppendJSON(nil)
-	}
-	held := make([]gen.Event, 20000)
-	for i := range held {
-		held[i] = g.Next()
-	}
+	train, held := lrData(total)
 	t := newTable("crash", "Fault tolerance: logreg accuracy after kill -9 crashes (AF-Stream Figure 8)",
 		fmt.Sprintf("The real binary, mode approx with the default bounds (Θ = 10, L = Γ = 10,000), hash_bits 20, 2 partitions; %s training events split evenly between crashes, each crash right after the last 202 of its part; accuracy on 20,000 held-out events. Restart: process start to /readyz 200. The paper: prediction rate 94.3%% → 90.4%% after 10 failures.", humanize(float64(total))),
 		"crashes", "held-out accuracy", "vs no crash", "events lost (reported)", "bound per crash", "restart to ready (median)", "non-zero weights")
