@@ -391,15 +391,17 @@ func (ps *partState) deliver(r *ownerRun, msg jetstream.Msg, md *jetstream.MsgMe
 		_ = msg.Term()
 		return nil
 	}
+	skipped := 0
 	if *skip > 0 {
-		recs = recs[min(*skip, len(recs)):]
+		skipped = min(*skip, len(recs))
+		recs = recs[skipped:]
 		*skip = 0
 	}
 	ps.lag.Store(int64(md.NumPending)*int64(max(len(recs), 1)) + ps.st.job.Depth(ps.p))
 	if len(recs) == 0 {
 		return msg.Ack()
 	}
-	ps.ring.add(len(recs), md.Sequence.Stream)
+	ps.ring.add(len(recs), md.Sequence.Stream, skipped)
 	err = ps.st.job.Deliver(r.ctx, ps.p, recs, func(uint64) { _ = msg.Ack() })
 	if err != nil {
 		return fmt.Errorf("delivering to the partition: %w", err)
@@ -445,6 +447,10 @@ type posRing struct {
 type posEntry struct {
 	first, last uint64 // event sequence numbers
 	seq         uint64 // the message's stream sequence
+	// skipped is how many events at the start of the message were not
+	// delivered (a resume inside it): event first is the message's
+	// skipped+1-th.
+	skipped int
 }
 
 const maxRing = 1 << 16
@@ -455,12 +461,12 @@ func (r *posRing) reset(base position) {
 	r.mu.Unlock()
 }
 
-func (r *posRing) add(n int, seq uint64) {
+func (r *posRing) add(n int, seq uint64, skipped int) {
 	r.mu.Lock()
 	if len(r.entries) == maxRing {
 		r.entries = append(r.entries[:0], r.entries[maxRing/2:]...)
 	}
-	r.entries = append(r.entries, posEntry{r.next, r.next + uint64(n) - 1, seq})
+	r.entries = append(r.entries, posEntry{r.next, r.next + uint64(n) - 1, seq, skipped})
 	r.next += uint64(n)
 	r.mu.Unlock()
 }
@@ -483,7 +489,7 @@ func (r *posRing) position(rec uint64) (resume uint64, skip int, ok bool) {
 			if rec == e.last {
 				return e.seq + 1, 0, true
 			}
-			return e.seq, int(rec - e.first + 1), true
+			return e.seq, e.skipped + int(rec-e.first+1), true
 		}
 	}
 	return 0, 0, false

@@ -6,10 +6,11 @@ import (
 )
 
 // A partition's events come from log messages of several events each; a
-// backup at any event says where to resume (message and events to skip)
-// so that a new owner replaying from there sees exactly the events after
-// it, none twice and none missing: checked against a simulated log, over
-// backups at random events, mid-message ones included.
+// backup at any event says where to resume (the message, and how many of
+// its events the state holds). Owners come and go: each new one restores
+// a backup and replays the log from its position, itself resuming inside
+// messages. Whatever the crashes, the events the final state holds are
+// every event of the log once, in order (checked by message and index).
 func TestRingResumesAfterExactlyTheBackedUpEvents(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	type msg struct {
@@ -17,59 +18,77 @@ func TestRingResumesAfterExactlyTheBackedUpEvents(t *testing.T) {
 		n   int
 	}
 	var log []msg
-	for seq := uint64(1); seq <= 300; seq++ {
+	for seq := uint64(1); seq <= 3000; seq++ {
 		if rng.IntN(3) == 0 {
 			continue // another partition's message in the same stream
 		}
 		log = append(log, msg{seq, 1 + rng.IntN(7)})
 	}
+	type event struct {
+		seq uint64 // message
+		i   int    // index in it
+	}
+	var state []event // what the partition's state holds, by event number-1
+	type backup struct {
+		pos   position
+		state []event
+	}
+	last := backup{}
 	var r posRing
-	r.reset(position{})
-	var events []uint64 // event seq → message seq, for checking
-	events = append(events, 0)
-	for _, m := range log {
-		r.add(m.n, m.seq)
-		for range m.n {
-			events = append(events, m.seq)
-		}
-		if rng.IntN(4) != 0 {
-			continue
-		}
-		// A backup holding the events up to a random one delivered so far
-		// and not before the last backup.
-		base := r.basePosition().rec
-		rec := base + uint64(rng.IntN(int(uint64(len(events)-1)-base)+1))
-		resume, skip, ok := r.position(rec)
-		if !ok {
-			t.Fatalf("rec %d (base %d) unknown", rec, base)
-		}
-		// Replay: every event of the messages from resume on, skipping
-		// skip events of the first, must be exactly rec+1, rec+2, ...
-		next := rec + 1
+	r.reset(last.pos)
+	for crashes := 0; ; crashes++ {
+		// Replay from the backup's position: messages from resume on,
+		// skipping skip events of the first.
+		state = append([]event(nil), last.state...)
+		crashed := false
 		first := true
 		for _, m := range log {
-			if m.seq < resume {
+			if m.seq < last.pos.resume {
 				continue
 			}
-			k := 0
+			skip := 0
 			if first {
-				k = skip
-				first = false
+				skip, first = last.pos.skip, false
 			}
-			for e := k; e < m.n; e++ {
-				if next >= uint64(len(events)) {
+			if skip >= m.n {
+				continue
+			}
+			r.add(m.n-skip, m.seq, skip)
+			for i := skip; i < m.n; i++ {
+				state = append(state, event{m.seq, i})
+				if rng.IntN(5) == 0 { // a backup after this event
+					rec := uint64(len(state))
+					resume, sk, ok := r.position(rec)
+					if !ok {
+						t.Fatalf("event %d unknown to the ring", rec)
+					}
+					r.backedUp(rec, resume, sk)
+					last = backup{position{rec: rec, resume: resume, skip: sk}, append([]event(nil), state...)}
+				}
+				if crashes < 500 && rng.IntN(20) == 0 { // a crash: the next owner restores last
+					crashed = true
 					break
 				}
-				if events[next] != m.seq {
-					t.Fatalf("backup at event %d: resume %d skip %d replays message %d where event %d came from %d",
-						rec, resume, skip, m.seq, next, events[next])
-				}
-				next++
+			}
+			if crashed {
+				break
 			}
 		}
-		if next != uint64(len(events)) {
-			t.Fatalf("backup at event %d: replay ended at %d of %d", rec, next, len(events)-1)
+		if !crashed {
+			break
 		}
-		r.backedUp(rec, resume, skip)
+		r.reset(last.pos)
+	}
+	k := 0
+	for _, m := range log {
+		for i := range m.n {
+			if k >= len(state) || state[k] != (event{m.seq, i}) {
+				t.Fatalf("event %d: have %+v, want message %d index %d", k+1, state[min(k, len(state)-1)], m.seq, i)
+			}
+			k++
+		}
+	}
+	if k != len(state) {
+		t.Fatalf("%d events in the state, the log has %d", len(state), k)
 	}
 }
