@@ -213,6 +213,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.Expect(events)
+	b.SetKey(key)
 	n, err := decodeEvents(buf.Bytes(), ctype, s.cfg.MaxEventBytes, b.Add)
 	if err != nil {
 		s.refuse(w, stream, err, events)

@@ -25,7 +25,12 @@ type Batch struct {
 }
 
 type jobBatch struct {
-	job   *Job
+	job *Job
+	// rr, when keyed, numbers the request's events without a key, so
+	// that every attempt of a request (the same Idempotency-Key) sends
+	// each of them to the same partition.
+	rr    uint64
+	keyed bool
 	side  uint8      // of a join: which of its streams this is
 	parts [][]Record // per partition
 	arena arena
@@ -90,11 +95,35 @@ func (b *Batch) Add(v *fastjson.Value, line int) error {
 		if err := jb.job.kind.extract(v, &jb.rec, &jb.arena, b.nowMs); err != nil {
 			return inputError(err, line)
 		}
-		p := jb.job.partitionFor(jb.rec.Key)
+		p := jb.partition(jb.rec.Key)
 		jb.parts[p] = append(jb.parts[p], jb.rec)
 	}
 	b.events++
 	return nil
+}
+
+// partition is the partition of an event with the given key: the job's
+// round robin for a keyless event, unless the request is keyed.
+func (jb *jobBatch) partition(key string) int {
+	if key != "" || !jb.keyed || len(jb.job.parts) == 1 {
+		return jb.job.partitionFor(key)
+	}
+	jb.rr++
+	return int(jb.rr % uint64(len(jb.job.parts)))
+}
+
+// SetKey makes the request's partitioning of events without a key a
+// function of its idempotency key (call before Add): a retry of the
+// request then splits its events over the partitions exactly as the
+// first attempt did, which a cluster's duplicate detection relies on.
+func (b *Batch) SetKey(key string) {
+	if key == "" {
+		return
+	}
+	h := learners.HashName(key)
+	for _, jb := range b.jobs {
+		jb.keyed, jb.rr = true, h
+	}
 }
 
 // inputError places an extractor's error at a line.
