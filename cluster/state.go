@@ -26,8 +26,8 @@ import (
 
 // stateHeader says what a backup holds.
 type stateHeader struct {
-	Token   uint64    `json:"token"` // the writer's fencing token
-	Node    string    `json:"node"`  // the writer
+	Token   uint64    `json:"token"` // the fencing token of the partition's current owner
+	Node    string    `json:"node"`  // the node that wrote the state (the last backup)
 	Created time.Time `json:"created"`
 	// Released is set by an owner's last backup before a graceful hand-off.
 	Released bool `json:"released,omitempty"`
@@ -118,8 +118,10 @@ func (s *stateStore) fence(ctx context.Context, key string, token uint64) (h sta
 		}
 		// The take-over record keeps the position: a node that takes over
 		// before this one wrote a backup resumes from the same place.
+		// Node stays the last writer of a backup: a take-over record
+		// fences, it does not make this node the state's author.
 		nh := h
-		nh.Token, nh.Node, nh.Empty = token, s.n.cfg.Node, h.Empty
+		nh.Token, nh.Released = token, false
 		rev, err = s.n.state.Update(ctx, key, encodeState(nh, inlineOf(h, state)), e.Revision())
 		if isWrongRevision(err) {
 			continue
