@@ -69,6 +69,10 @@ type Config struct {
 	Replicas int                 // of both buckets (1 or 3); default 1
 	TTL      time.Duration       // lease and heartbeat lifetime (default 3 s)
 	Logger   *slog.Logger        // default slog.Default()
+	// Ready, if set, says whether this node may (re)join: a node whose
+	// heartbeat lapsed (it was cut off) publishes it again only once Ready,
+	// so that it gets keys only when it can serve them.
+	Ready func() bool
 }
 
 // Handler learns what this node owns. Its calls for one key come in order on
@@ -154,7 +158,8 @@ type Manager struct {
 	// kicks ask a loop to run now; one pending kick is enough.
 	kickReconcile, kickWriter chan struct{}
 
-	hbMu sync.Mutex // a heartbeat Put and the Delete of Close do not cross
+	hbMu   sync.Mutex // a heartbeat Put and the Delete of Close do not cross
+	lastHB time.Time  // of the last heartbeat put that succeeded; under hbMu
 
 	mu       sync.Mutex
 	keys     []string // sorted

@@ -69,8 +69,15 @@ func (m *Manager) heartbeat() {
 	m.mu.Lock()
 	closing := m.closing
 	m.mu.Unlock()
-	if !closing {
-		_, _ = m.putHeartbeat(m.ctx)
+	if closing {
+		return
+	}
+	// Back after its heartbeat lapsed: rejoin only when ready.
+	if m.cfg.Ready != nil && !m.lastHB.IsZero() && time.Since(m.lastHB) > m.ttl && !m.cfg.Ready() {
+		return
+	}
+	if _, err := m.putHeartbeat(m.ctx); err == nil {
+		m.lastHB = time.Now()
 	}
 }
 

@@ -177,6 +177,16 @@ func (n *Node) ready(ctx context.Context, alsoTransient func(error) bool) error 
 	return nil
 }
 
+// Current reports whether the embedded server's JetStream is caught up
+// with its cluster (true for an external NATS, which this node does not
+// run): a node back from a network partition is not, for a while.
+func (n *Node) Current() bool {
+	if n.srv == nil {
+		return true
+	}
+	return n.srv.JetStreamIsCurrent()
+}
+
 // Conn is the node's NATS connection.
 func (n *Node) Conn() *nats.Conn { return n.nc }
 
