@@ -16,6 +16,7 @@ import (
 // acknowledged event is counted once on every node. It needs root and
 // ip(8); elsewhere it is skipped with a message, never in CI.
 func TestClusterPartitionedNodeHeals(t *testing.T) {
+	needFailureTests(t)
 	net := newNetns(t, 3)
 	var routes []string
 	for i := range 3 {
