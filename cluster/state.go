@@ -270,7 +270,11 @@ func (w *stateWriter) flushAll() {
 func (w *stateWriter) write(r *writeReq) {
 	var err error
 	if r.valid != nil && !r.valid() {
+		// The run that took this snapshot ended before it was written: a
+		// newer run (or owner) writes its own.
 		err = errFenced
+		w.n.stats.staleWrites.Add(1)
+		w.n.log.Debug("cluster backup dropped: its run ended", "key", r.key, "token", r.hdr.Token)
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		var rev uint64

@@ -21,6 +21,7 @@ type nodeStats struct {
 	backupBytes atomic.Int64
 	poison      atomic.Uint64 // unreadable log messages skipped
 	sourced     atomic.Uint64 // events read from jobs' NATS sources here
+	staleWrites atomic.Uint64 // backups dropped because their run had ended
 
 	mu    sync.Mutex
 	moves []Move // the latest, oldest first
@@ -88,6 +89,7 @@ type Counts struct {
 	BackupBytes int64  `json:"backup_bytes"`
 	Poison      uint64 `json:"unreadable_messages"`
 	Sourced     uint64 `json:"sourced_events"`
+	StaleWrites uint64 `json:"backups_dropped"`
 }
 
 // StatusConfig is the cluster configuration this node runs with.
@@ -127,7 +129,8 @@ func (n *Node) counts() Counts {
 	st := &n.stats
 	return Counts{Published: st.published.Load(), Forwarded: st.forwarded.Load(), Views: st.views.Load(),
 		Takeovers: st.takeovers.Load(), Failovers: st.failovers.Load(), Backups: st.backups.Load(),
-		BackupBytes: st.backupBytes.Load(), Poison: st.poison.Load(), Sourced: st.sourced.Load()}
+		BackupBytes: st.backupBytes.Load(), Poison: st.poison.Load(), Sourced: st.sourced.Load(),
+		StaleWrites: st.staleWrites.Load()}
 }
 
 func (n *Node) statusConfig() StatusConfig {
