@@ -85,10 +85,10 @@ type stateStore struct {
 // entry's means this node is the stale one.
 func (s *stateStore) fence(ctx context.Context, key string, token uint64) (h stateHeader, state []byte, rev uint64, err error) {
 	for {
-		var e jetstream.KeyValueEntry
+		var e stateEntry
 		err = natsnode.Retry(ctx, func(ctx context.Context) error {
 			var err error
-			e, err = s.n.state.Get(ctx, key)
+			e, err = s.n.leaderGet(ctx, key)
 			return err
 		})
 		mark := stateHeader{Token: token, Node: s.n.cfg.Node, Created: time.Now().UTC(), Empty: true}
@@ -102,7 +102,7 @@ func (s *stateStore) fence(ctx context.Context, key string, token uint64) (h sta
 		if err != nil {
 			return h, nil, 0, err
 		}
-		h, state, err = decodeState(e.Value())
+		h, state, err = decodeState(e.value)
 		if err != nil {
 			return h, nil, 0, err
 		}
@@ -122,7 +122,7 @@ func (s *stateStore) fence(ctx context.Context, key string, token uint64) (h sta
 		// fences, it does not make this node the state's author.
 		nh := h
 		nh.Token, nh.Released = token, false
-		rev, err = s.n.state.Update(ctx, key, encodeState(nh, inlineOf(h, state)), e.Revision())
+		rev, err = s.n.state.Update(ctx, key, encodeState(nh, inlineOf(h, state)), e.rev)
 		if isWrongRevision(err) {
 			continue
 		}
@@ -167,10 +167,10 @@ func (s *stateStore) write(ctx context.Context, key string, rev uint64, h stateH
 
 // read returns a unit's latest backup (ok false when there is none).
 func (s *stateStore) read(ctx context.Context, key string) (h stateHeader, state []byte, ok bool, err error) {
-	var e jetstream.KeyValueEntry
+	var e stateEntry
 	err = natsnode.Retry(ctx, func(ctx context.Context) error {
 		var err error
-		e, err = s.n.state.Get(ctx, key)
+		e, err = s.n.leaderGet(ctx, key)
 		return err
 	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -179,7 +179,7 @@ func (s *stateStore) read(ctx context.Context, key string) (h stateHeader, state
 	if err != nil {
 		return h, nil, false, err
 	}
-	h, state, err = decodeState(e.Value())
+	h, state, err = decodeState(e.value)
 	if err != nil || h.Empty {
 		return h, nil, false, err
 	}
@@ -187,6 +187,52 @@ func (s *stateStore) read(ctx context.Context, key string) (h stateHeader, state
 		state, err = s.objects.GetBytes(ctx, h.Object)
 	}
 	return h, state, err == nil, err
+}
+
+// stateEntry is a state bucket entry as its stream's leader has it.
+type stateEntry struct {
+	value []byte
+	rev   uint64
+}
+
+// leaderGet reads key's entry from the state bucket's stream leader. A
+// KV Get may be answered by any replica, and one that fell behind (back
+// from a partition, catching up) answers with old states for a while:
+// views installed from it, and take-overs restored from it, would be
+// stale. The leader's answer is the latest committed entry.
+func (n *Node) leaderGet(ctx context.Context, key string) (stateEntry, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucketState + "." + key})
+	m, err := n.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucketState, req)
+	if err != nil {
+		return stateEntry{}, err
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Data []byte `json:"data"`
+			Hdrs []byte `json:"hdrs"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return stateEntry{}, err
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+		return stateEntry{}, jetstream.ErrKeyNotFound
+	case resp.Error != nil:
+		return stateEntry{}, &jetstream.APIError{Code: resp.Error.Code, ErrorCode: jetstream.ErrorCode(resp.Error.ErrCode),
+			Description: resp.Error.Description}
+	case resp.Message == nil:
+		return stateEntry{}, jetstream.ErrInvalidJetStreamResponse
+	case bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")):
+		return stateEntry{}, jetstream.ErrKeyNotFound // deleted or purged
+	}
+	return stateEntry{value: resp.Message.Data, rev: resp.Message.Seq}, nil
 }
 
 func isWrongRevision(err error) bool {

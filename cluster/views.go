@@ -43,11 +43,11 @@ func (n *Node) pollViews() {
 func (n *Node) refreshView(st *jobState, ps *partState) {
 	ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
 	defer cancel()
-	e, err := n.state.Get(ctx, stateKey(st.id, ps.p))
-	if err != nil || e.Revision() == ps.viewRev.Load() {
+	e, err := n.leaderGet(ctx, stateKey(st.id, ps.p))
+	if err != nil || e.rev == ps.viewRev.Load() {
 		return
 	}
-	h, state, err := decodeState(e.Value())
+	h, state, err := decodeState(e.value)
 	if err != nil || h.Empty {
 		return
 	}
@@ -69,7 +69,7 @@ func (n *Node) refreshView(st *jobState, ps *partState) {
 		n.log.Warn("view not installed", "job", st.name(), "partition", ps.p, "err", ierr)
 		return
 	}
-	ps.viewRev.Store(e.Revision())
+	ps.viewRev.Store(e.rev)
 	n.stats.views.Add(1)
 }
 
