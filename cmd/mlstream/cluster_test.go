@@ -57,13 +57,13 @@ func startTestCluster(t *testing.T, n int, extra ...string) *testCluster {
 }
 
 // needFailureTests skips the tests of a node failing in the middle of a
-// stream unless MLSTREAM_CLUSTER_FAILURE_TESTS=1: under -race on two
-// shared cores they still miscount now and then (a node's total ends a
-// message or a partition short around a JetStream leader election), a bug
-// being hunted; they pass without -race and most runs with it.
+// stream unless MLSTREAM_CLUSTER_FAILURE_TESTS=1: on two shared cores
+// they still miscount now and then, with or without -race (a node's total
+// ends a message or a partition's view short around a JetStream leader
+// election), a bug being hunted; most runs pass.
 func needFailureTests(t *testing.T) {
 	if os.Getenv("MLSTREAM_CLUSTER_FAILURE_TESTS") == "" {
-		t.Skip("set MLSTREAM_CLUSTER_FAILURE_TESTS=1: these still miscount about one run in four under -race (see docs/testing.md)")
+		t.Skip("set MLSTREAM_CLUSTER_FAILURE_TESTS=1: these still miscount now and then (see docs/testing.md)")
 	}
 }
 
