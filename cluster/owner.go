@@ -341,6 +341,10 @@ func (ps *partState) consume(r *ownerRun, pos position) error {
 		<-r.ctx.Done()
 		it.Stop()
 	}()
+	w := &stallWatch{stalled: make(chan struct{}), done: make(chan struct{})}
+	w.touch()
+	defer close(w.done)
+	go w.watch(r, it)
 	skip := pos.skip
 	last := uint64(0)
 	silent := 0
@@ -348,7 +352,12 @@ func (ps *partState) consume(r *ownerRun, pos position) error {
 		msg, err := it.Next()
 		if err != nil {
 			if r.ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return r.ctx.Err()
+				select {
+				case <-w.stalled:
+					return errors.New("the consumer has messages pending and delivers none")
+				default:
+					return r.ctx.Err()
+				}
 			}
 			if errors.Is(err, jetstream.ErrNoHeartbeat) {
 				if silent++; silent >= maxSilent {
@@ -372,8 +381,55 @@ func (ps *partState) consume(r *ownerRun, pos position) error {
 			continue
 		}
 		last = md.Sequence.Stream
-		if err := ps.deliver(r, msg, md, &skip); err != nil {
+		w.busy.Store(true)
+		err = ps.deliver(r, msg, md, &skip)
+		w.busy.Store(false)
+		w.touch()
+		if err != nil {
 			return err
+		}
+	}
+}
+
+// stallAfter is how long a consumer may deliver nothing while it says
+// messages are pending before the run gives it up (a consumer without a
+// quorum after a leader election still sends heartbeats, and delivers
+// nothing).
+const stallAfter = 6 * time.Second
+
+// stallWatch notices a consumer that stalled.
+type stallWatch struct {
+	last    atomic.Int64 // unix nanos of the last message handled
+	busy    atomic.Bool  // handing a message to the partition (which may wait for room)
+	stalled chan struct{}
+	done    chan struct{}
+}
+
+func (w *stallWatch) touch() { w.last.Store(time.Now().UnixNano()) }
+
+// watch checks every stallAfter/3 whether the consumer stalled, and then
+// stops the iterator.
+func (w *stallWatch) watch(r *ownerRun, it jetstream.MessagesContext) {
+	tick := time.NewTicker(stallAfter / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-r.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if w.busy.Load() || time.Since(time.Unix(0, w.last.Load())) < stallAfter {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, stallAfter/3)
+		info, err := r.cons.Info(ctx)
+		cancel()
+		if err == nil && info.NumPending > 0 || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			close(w.stalled)
+			it.Stop()
+			return
 		}
 	}
 }
