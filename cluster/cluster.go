@@ -182,11 +182,11 @@ func (n *Node) Start(ctx context.Context, engine *runtime.Engine) error {
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
-		n.flushViews()
+		every(n.ctx, viewEvery/2, n.flushViews)
 	}()
 	go func() {
 		defer n.wg.Done()
-		n.pollViews()
+		every(n.ctx, viewEvery/2, n.pollViews)
 	}()
 	if err := n.watchJobs(ctx); err != nil {
 		return err

@@ -216,7 +216,7 @@ func (n *Node) watchJobs(ctx context.Context) error {
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
-		n.reconcileJobs()
+		every(n.ctx, jobsEvery, n.reconcileJobs)
 	}()
 	go func() {
 		defer n.wg.Done()
@@ -277,37 +277,28 @@ func (n *Node) followJobs(initial chan struct{}) error {
 // of the bucket.
 const jobsEvery = 2 * time.Second
 
-// reconcileJobs reads the jobs bucket every jobsEvery and applies it.
+// reconcileJobs reads the whole jobs bucket once and applies it (every
+// jobsEvery, besides the watch).
 func (n *Node) reconcileJobs() {
-	tick := time.NewTicker(jobsEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-tick.C:
-		}
-		ctx, cancel := context.WithTimeout(n.ctx, jobsEvery)
-		keys, err := n.jobsKV.ListKeys(ctx)
+	ctx, cancel := context.WithTimeout(n.ctx, jobsEvery)
+	defer cancel()
+	keys, err := n.jobsKV.ListKeys(ctx)
+	if err != nil {
+		return
+	}
+	seen := map[string]bool{}
+	ok := true
+	for k := range keys.Keys() {
+		e, err := n.jobsKV.Get(ctx, k)
 		if err != nil {
-			cancel()
+			ok = ok && errors.Is(err, jetstream.ErrKeyNotFound)
 			continue
 		}
-		seen := map[string]bool{}
-		ok := true
-		for k := range keys.Keys() {
-			e, err := n.jobsKV.Get(ctx, k)
-			if err != nil {
-				ok = ok && errors.Is(err, jetstream.ErrKeyNotFound)
-				continue
-			}
-			seen[k] = true
-			n.applyJob(e)
-		}
-		if ok && ctx.Err() == nil {
-			n.stopUnseen(seen)
-		}
-		cancel()
+		seen[k] = true
+		n.applyJob(e)
+	}
+	if ok && ctx.Err() == nil {
+		n.stopUnseen(seen)
 	}
 }
 

@@ -45,12 +45,10 @@ type partState struct {
 
 // ownerRun is one period of ownership.
 type ownerRun struct {
-	token  uint64
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
-	// draining is set for a graceful stop: the consumer stops, what was
-	// delivered is processed and backed up.
+	token    uint64
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{}
 	cons     jetstream.Consumer
 	consName string
 	attempt  int
@@ -156,7 +154,7 @@ func (ps *partState) own(r *ownerRun) {
 		// Each attempt is bounded: a call that keeps failing transiently
 		// (a stream without a leader) surfaces in the log and is retried.
 		ctx, cancel := context.WithTimeout(r.ctx, takeOverWait)
-		pos, prev, err := ps.takeOver(ctx, r)
+		pos, err := ps.takeOver(ctx, r)
 		if err == nil {
 			err = ps.subscribe(ctx, r, pos)
 		}
@@ -173,7 +171,7 @@ func (ps *partState) own(r *ownerRun) {
 			continue
 		}
 		ps.owned.Store(true)
-		ps.announce(r, prev, pos, time.Since(began))
+		ps.announce(r, pos, time.Since(began))
 		err = ps.consume(r, pos)
 		if r.ctx.Err() != nil {
 			return
@@ -219,7 +217,7 @@ type position struct {
 // takeOver fences the partition's state (or delta subject) with this
 // run's token, restores the state on the partition's goroutine and
 // numbers the events that follow.
-func (ps *partState) takeOver(ctx context.Context, r *ownerRun) (position, position, error) {
+func (ps *partState) takeOver(ctx context.Context, r *ownerRun) (position, error) {
 	var pos position
 	var err error
 	if ps.st.share != nil {
@@ -230,7 +228,7 @@ func (ps *partState) takeOver(ctx context.Context, r *ownerRun) (position, posit
 		pos, err = ps.livePosition(ctx)
 	}
 	if err != nil {
-		return pos, pos, err
+		return pos, err
 	}
 	err = ps.st.job.Do(ctx, ps.p, func() {
 		// Here, after everything queued before: the ring then maps only
@@ -241,7 +239,7 @@ func (ps *partState) takeOver(ctx context.Context, r *ownerRun) (position, posit
 		}
 		ps.st.job.SetNextSeq(ps.p, pos.rec+1)
 	})
-	return pos, pos, err
+	return pos, err
 }
 
 // fenceState takes the partition's state entry over and restores it.
@@ -466,13 +464,13 @@ func (ps *partState) deliver(r *ownerRun, msg jetstream.Msg, md *jetstream.MsgMe
 }
 
 // announce publishes the take-over as a failover message and logs it.
-func (ps *partState) announce(r *ownerRun, prev, pos position, took time.Duration) {
+func (ps *partState) announce(r *ownerRun, pos position, took time.Duration) {
 	n := ps.st.n
 	p := ps.p
-	f := runtime.Failover{Partition: &p, From: prev.from, To: n.cfg.Node, Token: r.token, Graceful: prev.graceful,
+	f := runtime.Failover{Partition: &p, From: pos.from, To: n.cfg.Node, Token: r.token, Graceful: pos.graceful,
 		TookMs: took.Milliseconds(), ReplayFrom: pos.resume}
-	if !prev.at.IsZero() {
-		f.SinceLastWriteMs = time.Since(prev.at).Milliseconds()
+	if !pos.at.IsZero() {
+		f.SinceLastWriteMs = time.Since(pos.at).Milliseconds()
 	}
 	if f.From == n.cfg.Node {
 		f.From = ""
@@ -568,6 +566,20 @@ func (r *posRing) backedUp(rec, resume uint64, skip int) {
 	}
 	r.entries = append(r.entries[:0], r.entries[i:]...)
 	r.mu.Unlock()
+}
+
+// every runs fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			fn()
+		}
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -102,19 +102,12 @@ func (s *stateStore) fence(ctx context.Context, key string, token uint64) (h sta
 		if err != nil {
 			return h, nil, 0, err
 		}
-		h, state, err = decodeState(e.value)
+		h, state, err = s.n.stateOf(ctx, e.value)
 		if err != nil {
 			return h, nil, 0, err
 		}
 		if h.Token > token {
 			return h, nil, 0, errFenced
-		}
-		if h.Empty {
-			state = nil
-		} else if h.Object != "" {
-			if state, err = s.objects.GetBytes(ctx, h.Object); err != nil {
-				return h, nil, 0, fmt.Errorf("cluster: state object %s: %w", h.Object, err)
-			}
 		}
 		// The take-over record keeps the position: a node that takes over
 		// before this one wrote a backup resumes from the same place.
@@ -179,14 +172,24 @@ func (s *stateStore) read(ctx context.Context, key string) (h stateHeader, state
 	if err != nil {
 		return h, nil, false, err
 	}
-	h, state, err = decodeState(e.value)
-	if err != nil || h.Empty {
-		return h, nil, false, err
+	h, state, err = s.n.stateOf(ctx, e.value)
+	return h, state, err == nil && state != nil, err
+}
+
+// stateOf decodes an entry of the state bucket: its header and its state,
+// fetched from the object store when it lives there; nil for a take-over
+// record that holds none.
+func (n *Node) stateOf(ctx context.Context, value []byte) (stateHeader, []byte, error) {
+	h, state, err := decodeState(value)
+	switch {
+	case err != nil || h.Empty:
+		return h, nil, err
+	case h.Object != "":
+		if state, err = n.objects.GetBytes(ctx, h.Object); err != nil {
+			return h, nil, fmt.Errorf("cluster: state object %s: %w", h.Object, err)
+		}
 	}
-	if h.Object != "" {
-		state, err = s.objects.GetBytes(ctx, h.Object)
-	}
-	return h, state, err == nil, err
+	return h, state, nil
 }
 
 // stateEntry is a state bucket entry as its stream's leader has it.
@@ -489,28 +492,19 @@ func (u *unitFT) Merged(events, unlogged int, processed int64) {
 // flushViews writes, on their partitions' goroutines, the state of owned
 // partitions that changed and were not written for viewEvery.
 func (n *Node) flushViews() {
-	tick := time.NewTicker(viewEvery / 2)
-	defer tick.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-tick.C:
+	for _, st := range n.jobsList() {
+		if st.ft == nil || st.job == nil {
+			continue
 		}
-		for _, st := range n.jobsList() {
-			if st.ft == nil || st.job == nil {
-				continue
-			}
-			for _, u := range st.ft.units {
-				if u.part >= 0 && u.owned() && u.dirty.Load() {
-					ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-					_ = st.job.Do(ctx, u.part, func() {
-						if u.owned() && u.dirty.Load() && time.Since(u.last) >= viewEvery {
-							u.backup(false, nil)
-						}
-					})
-					cancel()
-				}
+		for _, u := range st.ft.units {
+			if u.part >= 0 && u.owned() && u.dirty.Load() {
+				ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+				_ = st.job.Do(ctx, u.part, func() {
+					if u.owned() && u.dirty.Load() && time.Since(u.last) >= viewEvery {
+						u.backup(false, nil)
+					}
+				})
+				cancel()
 			}
 		}
 	}

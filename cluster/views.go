@@ -11,28 +11,19 @@ import (
 // and the status then merge all partitions on any node, with the kinds'
 // own in-process code, at most about a second behind the owners.
 
-// pollViews reads, every viewEvery/2, the state entry of each partition
+// pollViews reads the state entry of each partition
 // this node runs and does not own, and installs those that changed. A
 // poll rather than a KV watch: a watch stalls for a while when the
 // bucket's leader dies (with the node it was on), a Get is retried next
 // tick.
 func (n *Node) pollViews() {
-	tick := time.NewTicker(viewEvery / 2)
-	defer tick.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-tick.C:
+	for _, st := range n.jobsList() {
+		if !st.ready.Load() || st.ft == nil {
+			continue
 		}
-		for _, st := range n.jobsList() {
-			if !st.ready.Load() || st.ft == nil {
-				continue
-			}
-			for _, ps := range st.parts {
-				if !ps.running.Load() && st.ft.unitOf(ps.p) != nil {
-					n.refreshView(st, ps)
-				}
+		for _, ps := range st.parts {
+			if !ps.running.Load() && st.ft.unitOf(ps.p) != nil {
+				n.refreshView(st, ps)
 			}
 		}
 	}
@@ -47,14 +38,9 @@ func (n *Node) refreshView(st *jobState, ps *partState) {
 	if err != nil || e.rev == ps.viewRev.Load() {
 		return
 	}
-	h, state, err := decodeState(e.value)
-	if err != nil || h.Empty {
+	h, state, err := n.stateOf(ctx, e.value)
+	if err != nil || state == nil {
 		return
-	}
-	if h.Object != "" {
-		if state, err = n.objects.GetBytes(ctx, h.Object); err != nil {
-			return
-		}
 	}
 	u := st.ft.unitOf(ps.p)
 	var ierr error
