@@ -58,7 +58,19 @@ func lrJobSpec() client.JobSpec {
 }
 
 // clusterTables runs the section with the binary bin.
-func clusterTables(bin string, quick bool) {
+// clusterParts are the parts of the cluster section wanted: all of them
+// for "cluster", else those named "cluster-<part>".
+func clusterParts(want map[string]bool) map[string]bool {
+	parts := map[string]bool{}
+	for _, p := range []string{"ingest", "failover", "accuracy"} {
+		if want["cluster"] || want["cluster-"+p] {
+			parts[p] = true
+		}
+	}
+	return parts
+}
+
+func clusterTables(bin string, quick bool, parts map[string]bool) {
 	reps, posting, kills := 3, 10*time.Second, 10
 	if quick {
 		reps, posting, kills = 1, 4*time.Second, 3
@@ -67,9 +79,15 @@ func clusterTables(bin string, quick bool) {
 	if out, err := exec.Command("go", "build", "-o", natsBin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
 		fmt.Printf("\n(cluster: no nats-server for the 1-node cluster: %v: %s)\n", err, out)
 	}
-	clusterIngest(bin, reps, posting)
-	clusterFailover(bin, kills)
-	clusterAccuracy(bin, kills, quick)
+	if parts["ingest"] {
+		clusterIngest(bin, reps, posting)
+	}
+	if parts["failover"] {
+		clusterFailover(bin, kills)
+	}
+	if parts["accuracy"] {
+		clusterAccuracy(bin, kills, quick)
+	}
 }
 
 // benchNode is one mlstream process of a benchmark cluster.

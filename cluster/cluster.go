@@ -179,10 +179,14 @@ func (n *Node) Start(ctx context.Context, engine *runtime.Engine) error {
 		return fmt.Errorf("cluster: leases: %w", err)
 	}
 	n.leases = leases
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go func() {
 		defer n.wg.Done()
 		every(n.ctx, viewEvery/2, n.flushViews)
+	}()
+	go func() {
+		defer n.wg.Done()
+		every(n.ctx, time.Second, n.resumeOwned)
 	}()
 	go func() {
 		defer n.wg.Done()
@@ -209,7 +213,7 @@ func (n *Node) openBuckets(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return natsnode.Retry(ctx, func(ctx context.Context) error {
+	return natsnode.RetryEach(ctx, setupWait, func(ctx context.Context) error {
 		n.objects, err = n.js.ObjectStore(ctx, bucketObjects)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			n.objects, err = n.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucketObjects,
@@ -224,7 +228,7 @@ func (n *Node) openBuckets(ctx context.Context) error {
 // same bucket's config, which a cluster answers slowly or with errors.
 func openKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	var kv jetstream.KeyValue
-	err := natsnode.Retry(ctx, func(ctx context.Context) error {
+	err := natsnode.RetryEach(ctx, setupWait, func(ctx context.Context) error {
 		var err error
 		kv, err = js.KeyValue(ctx, cfg.Bucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -335,6 +339,28 @@ func (n *Node) Acquired(key string, token uint64) {
 		return
 	}
 	st.acquire(p, token)
+}
+
+// resumeOwned starts again the partitions whose lease this node holds and
+// that run nothing: a run that stopped by itself (a write it took for
+// fenced, a take-over refused) while no other node took the lease. A
+// partition truly fenced off stops again at its take-over, until its
+// lease is lost.
+func (n *Node) resumeOwned() {
+	for key, token := range n.leases.Owned() {
+		name, p, err := parseLeaseKey(key)
+		if err != nil {
+			continue
+		}
+		st := n.job(name)
+		if st == nil || !st.ready.Load() || p < 0 || p >= len(st.parts) {
+			continue
+		}
+		if ps := st.parts[p]; ps.orphaned.Load() {
+			n.log.Warn("a partition whose lease this node holds ran nothing: starting it again", "job", name, "partition", p)
+			st.acquire(p, token)
+		}
+	}
 }
 
 // Release is lease.Handler's: hand key over gracefully.

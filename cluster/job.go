@@ -201,7 +201,7 @@ func (st *jobState) stream(p int) jetstream.Stream {
 // this for every job: see openKV).
 func openStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) (jetstream.Stream, error) {
 	var s jetstream.Stream
-	err := natsnode.Retry(ctx, func(ctx context.Context) error {
+	err := natsnode.RetryEach(ctx, setupWait, func(ctx context.Context) error {
 		var err error
 		s, err = js.Stream(ctx, sc.Name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {

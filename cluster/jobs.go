@@ -55,7 +55,7 @@ func (n *Node) PutJob(spec runtime.Spec) (bool, error) {
 		if err := newJobState(n, rec).createStreams(ctx); err != nil {
 			return false, err
 		}
-		err = natsnode.Retry(ctx, func(ctx context.Context) error {
+		err = natsnode.RetryEach(ctx, setupWait, func(ctx context.Context) error {
 			_, err := n.jobsKV.Create(ctx, spec.Name, data)
 			return err
 		})
@@ -145,7 +145,7 @@ func (n *Node) DeleteJob(name string) error {
 	if err != nil {
 		return runtime.ErrUnknownJob
 	}
-	if err := natsnode.Retry(ctx, func(ctx context.Context) error { return n.jobsKV.Delete(ctx, name) }); err != nil {
+	if err := natsnode.RetryEach(ctx, setupWait, func(ctx context.Context) error { return n.jobsKV.Delete(ctx, name) }); err != nil {
 		return err
 	}
 	for n.engineHas(name, old.Incarnation) {
@@ -163,7 +163,7 @@ func (n *Node) DeleteJob(name string) error {
 func (n *Node) readJob(ctx context.Context, name string) (jobRecord, error) {
 	var rec jobRecord
 	var e jetstream.KeyValueEntry
-	err := natsnode.Retry(ctx, func(ctx context.Context) error {
+	err := natsnode.RetryEach(ctx, setupWait, func(ctx context.Context) error {
 		var err error
 		e, err = n.jobsKV.Get(ctx, name)
 		return err

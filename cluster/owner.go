@@ -38,6 +38,14 @@ type partState struct {
 	lag atomic.Int64
 	// viewRev is the state entry revision last installed as a view.
 	viewRev atomic.Uint64
+	// viewRec is the events the installed view holds (GET /v1/cluster).
+	viewRec atomic.Uint64
+
+	// orphaned is set when a run stopped by itself (a take-over refused,
+	// a backup refused as fenced) rather than by the lease's loss or
+	// release: if the lease turns out to be still this node's, the
+	// partition is started again (Node.resumeOwned).
+	orphaned atomic.Bool
 
 	mu  sync.Mutex
 	run *ownerRun // nil when not owned
@@ -77,6 +85,7 @@ func (ps *partState) start(token uint64) {
 	// Not owned until the take-over is done: what the old run queued is
 	// processed meanwhile and must not be backed up under the new token.
 	ps.owned.Store(false)
+	ps.orphaned.Store(false)
 	ps.token.Store(token)
 	ps.running.Store(true)
 	go ps.own(r)
@@ -166,13 +175,13 @@ func (ps *partState) own(r *ownerRun) {
 		if err != nil {
 			if r.ctx.Err() == nil {
 				ps.st.n.log.Warn("take-over failed; retrying", append(ps.log(), "err", err)...)
-				sleep(r.ctx, time.Second)
+				sleep(r.ctx, 200*time.Millisecond)
 			}
 			continue
 		}
 		ps.owned.Store(true)
 		ps.announce(r, pos, time.Since(began))
-		err = ps.consume(r, pos)
+		err = ps.consumeResuming(r, pos)
 		if r.ctx.Err() != nil {
 			return
 		}
@@ -180,6 +189,41 @@ func (ps *partState) own(r *ownerRun) {
 		ps.st.n.log.Warn("consuming stopped; taking over again", append(ps.log(), "err", err)...)
 	}
 }
+
+// consumeResuming consumes from pos and, each time the consumer fails in
+// a way that loses nothing handed over (its server fell silent, it
+// stalled, deliveries were lost in flight), goes on with a new consumer
+// from the message after the last one handed to the partition: the state
+// holds everything before it, in order, so no restore is needed. Other
+// failures end it (the caller takes the partition over again).
+func (ps *partState) consumeResuming(r *ownerRun, pos position) error {
+	for {
+		var gone *consumerGone
+		err := ps.consume(r, pos)
+		if r.ctx.Err() != nil || !errors.As(err, &gone) {
+			return err
+		}
+		if gone.last > 0 {
+			pos = position{rec: pos.rec, resume: gone.last + 1}
+		}
+		ps.st.n.log.Warn("consumer given up; resuming with a new one", append(ps.log(), "err", err, "resume", pos.resume)...)
+		ctx, cancel := context.WithTimeout(r.ctx, takeOverWait)
+		err = ps.subscribe(ctx, r, pos)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// consumerGone is a consumer given up after it handed over the messages
+// up to the stream sequence last (0: none) in order.
+type consumerGone struct {
+	why  string
+	last uint64
+}
+
+func (e *consumerGone) Error() string { return e.why }
 
 // ended clears the partition's state when run r ended by itself (a newer
 // owner refused it) rather than by stop: views of the partition are then
@@ -198,11 +242,21 @@ func (ps *partState) ended(r *ownerRun) {
 		ps.owned.Store(false)
 		ps.running.Store(false)
 		ps.viewRev.Store(0)
+		ps.orphaned.Store(true)
 	}
 }
 
-// takeOverWait bounds one attempt to take a partition over.
-const takeOverWait = 8 * time.Second
+// takeOverWait bounds one attempt to take a partition over; callWait
+// bounds each JetStream call in it, which is retried while the attempt
+// lasts: a request to a leader that died waits for nothing, and the
+// take-over goes on within about callWait of the new leader's election.
+// setupWait bounds each call that creates or changes streams, consumers
+// and buckets, which may take longer than callWait.
+const (
+	takeOverWait = 15 * time.Second
+	callWait     = 1500 * time.Millisecond
+	setupWait    = 5 * time.Second
+)
 
 // position is where a new owner resumes in the log.
 type position struct {
@@ -270,7 +324,12 @@ func (ps *partState) fenceState(ctx context.Context, u *unitFT, token uint64) (p
 // livePosition is where a partition without backups starts: the end of
 // the log (mode none keeps nothing of what came before).
 func (ps *partState) livePosition(ctx context.Context) (position, error) {
-	info, err := ps.st.stream(ps.p).Info(ctx)
+	var info *jetstream.StreamInfo
+	err := natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
+		var err error
+		info, err = ps.st.stream(ps.p).Info(ctx)
+		return err
+	})
 	if err != nil {
 		return position{}, err
 	}
@@ -299,7 +358,7 @@ func (ps *partState) subscribe(ctx context.Context, r *ownerRun, pos position) e
 	if pos.resume > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, pos.resume
 	}
-	err := natsnode.Retry(ctx, func(ctx context.Context) error {
+	err := natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
 		var err error
 		r.cons, err = s.CreateOrUpdateConsumer(ctx, cfg)
 		return err
@@ -344,7 +403,9 @@ func (ps *partState) consume(r *ownerRun, pos position) error {
 	defer close(w.done)
 	go w.watch(r, it)
 	skip := pos.skip
-	last := uint64(0)
+	// The stream sequence last handed over, and the consumer's last
+	// delivery sequence received (a new consumer's first is 1).
+	var last, delivery uint64
 	silent := 0
 	for {
 		msg, err := it.Next()
@@ -352,14 +413,14 @@ func (ps *partState) consume(r *ownerRun, pos position) error {
 			if r.ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				select {
 				case <-w.stalled:
-					return errors.New("the consumer has messages pending and delivers none")
+					return &consumerGone{"the consumer has messages pending and delivers none", last}
 				default:
 					return r.ctx.Err()
 				}
 			}
 			if errors.Is(err, jetstream.ErrNoHeartbeat) {
 				if silent++; silent >= maxSilent {
-					return fmt.Errorf("the consumer's server is silent: %w", err)
+					return &consumerGone{"the consumer's server is silent: " + err.Error(), last}
 				}
 				continue
 			}
@@ -374,6 +435,14 @@ func (ps *partState) consume(r *ownerRun, pos position) error {
 			_ = msg.Term()
 			continue
 		}
+		// Deliveries lost in flight (a consumer leader changed) come
+		// again only after AckWait, behind later messages: going on
+		// would hand events over out of order, and a backup taken
+		// meanwhile would resume past the lost ones.
+		if md.Sequence.Consumer != delivery+1 {
+			return &consumerGone{fmt.Sprintf("deliveries lost in flight (consumer sequence %d after %d)", md.Sequence.Consumer, delivery), last}
+		}
+		delivery = md.Sequence.Consumer
 		if md.Sequence.Stream <= last {
 			_ = msg.Ack() // a redelivery of what this run processed
 			continue
@@ -424,7 +493,9 @@ func (w *stallWatch) watch(r *ownerRun, it jetstream.MessagesContext) {
 		ctx, cancel := context.WithTimeout(r.ctx, stallAfter/3)
 		info, err := r.cons.Info(ctx)
 		cancel()
-		if err == nil && info.NumPending > 0 || errors.Is(err, jetstream.ErrConsumerNotFound) {
+		// A consumer that cannot say how it is (no leader, no quorum)
+		// while nothing comes is as stalled as one with messages pending.
+		if err != nil && r.ctx.Err() == nil || err == nil && info.NumPending > 0 {
 			close(w.stalled)
 			it.Stop()
 			return

@@ -114,7 +114,7 @@ func (s *sharing) applyLoop(ctx context.Context) {
 
 func (s *sharing) applyFrom(ctx context.Context, start uint64) error {
 	var cons jetstream.Consumer
-	err := natsnode.Retry(ctx, func(ctx context.Context) error {
+	err := natsnode.RetryEach(ctx, setupWait, func(ctx context.Context) error {
 		var err error
 		cons, err = s.st.n.js.OrderedConsumer(ctx, s.name, jetstream.OrderedConsumerConfig{
 			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start})
@@ -246,9 +246,12 @@ func (s *sharing) publish(m *nats.Msg, last uint64) (uint64, error) {
 	ctx, cancel := context.WithTimeout(s.st.n.ctx, 10*time.Second)
 	defer cancel()
 	var ack *jetstream.PubAck
-	err := natsnode.Retry(ctx, func(ctx context.Context) error {
+	// The id makes a retry of a message that was stored (its ack lost in
+	// a leader election) a duplicate, not a refused write.
+	id := m.Subject + "." + m.Header.Get(hdrToken) + "." + strconv.FormatUint(last, 10)
+	err := natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
 		var err error
-		ack, err = s.st.n.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last))
+		ack, err = s.st.n.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last), jetstream.WithMsgID(id))
 		return err
 	})
 	if isWrongRevision(err) {
@@ -269,7 +272,7 @@ func (s *sharing) fence(ctx context.Context, ps *partState, token uint64) (posit
 		var pos position
 		var last uint64
 		var raw *jetstream.RawStreamMsg
-		err := natsnode.Retry(ctx, func(ctx context.Context) error {
+		err := natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
 			st, err := s.st.n.js.Stream(ctx, s.name)
 			if err != nil {
 				return err

@@ -78,7 +78,7 @@ func (src *source) consume(ctx context.Context) {
 		AckWait: time.Minute, MaxDeliver: -1, FilterSubject: spec.Subject, MaxAckPending: 256}
 	for ctx.Err() == nil {
 		var cons jetstream.Consumer
-		err := natsnode.Retry(ctx, func(ctx context.Context) error {
+		err := natsnode.RetryEach(ctx, setupWait, func(ctx context.Context) error {
 			var err error
 			cons, err = src.st.n.js.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
 			return err

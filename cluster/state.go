@@ -86,14 +86,18 @@ type stateStore struct {
 func (s *stateStore) fence(ctx context.Context, key string, token uint64) (h stateHeader, state []byte, rev uint64, err error) {
 	for {
 		var e stateEntry
-		err = natsnode.Retry(ctx, func(ctx context.Context) error {
+		err = natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
 			var err error
 			e, err = s.n.leaderGet(ctx, key)
 			return err
 		})
 		mark := stateHeader{Token: token, Node: s.n.cfg.Node, Created: time.Now().UTC(), Empty: true}
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			rev, err = s.n.state.Create(ctx, key, encodeState(mark, nil))
+			err = natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
+				var err error
+				rev, err = s.n.state.Create(ctx, key, encodeState(mark, nil))
+				return err
+			})
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			}
@@ -115,7 +119,13 @@ func (s *stateStore) fence(ctx context.Context, key string, token uint64) (h sta
 		// fences, it does not make this node the state's author.
 		nh := h
 		nh.Token, nh.Released = token, false
-		rev, err = s.n.state.Update(ctx, key, encodeState(nh, inlineOf(h, state)), e.rev)
+		// A retried Update whose first try was stored fails on the
+		// revision: the loop then finds its own mark and writes again.
+		err = natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
+			var err error
+			rev, err = s.n.state.Update(ctx, key, encodeState(nh, inlineOf(h, state)), e.rev)
+			return err
+		})
 		if isWrongRevision(err) {
 			continue
 		}
@@ -140,7 +150,7 @@ func (s *stateStore) write(ctx context.Context, key string, rev uint64, h stateH
 	var object string
 	if len(state) > inlineMax {
 		object = key + "." + strconv.FormatUint(h.Token, 10) + "." + strconv.FormatInt(h.Created.UnixNano(), 36)
-		if err := natsnode.Retry(ctx, func(ctx context.Context) error {
+		if err := natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
 			_, err := s.objects.PutBytes(ctx, object, state)
 			return err
 		}); err != nil {
@@ -148,7 +158,18 @@ func (s *stateStore) write(ctx context.Context, key string, rev uint64, h stateH
 		}
 		h.Object, body = object, nil
 	}
-	newRev, err := s.n.state.Update(ctx, key, encodeState(h, body), rev)
+	var newRev uint64
+	tries := 0
+	err := natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
+		tries++
+		var err error
+		newRev, err = s.n.state.Update(ctx, key, encodeState(h, body), rev)
+		return err
+	})
+	if isWrongRevision(err) && tries > 1 {
+		// An earlier try may have been stored with its answer lost.
+		newRev, err = s.ownWrite(ctx, key, h, err)
+	}
 	if isWrongRevision(err) {
 		if object != "" {
 			_ = s.objects.Delete(ctx, object)
@@ -158,10 +179,30 @@ func (s *stateStore) write(ctx context.Context, key string, rev uint64, h stateH
 	return newRev, err
 }
 
+// ownWrite returns the revision of key when its latest entry is the
+// backup h (this write's own, stored by a try whose answer was lost),
+// else orig.
+func (s *stateStore) ownWrite(ctx context.Context, key string, h stateHeader, orig error) (uint64, error) {
+	var e stateEntry
+	err := natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
+		var err error
+		e, err = s.n.leaderGet(ctx, key)
+		return err
+	})
+	if err != nil {
+		return 0, err // not known: a failed write, not a fenced one
+	}
+	got, _, err := decodeState(e.value)
+	if err != nil || got.Token != h.Token || !got.Created.Equal(h.Created) || got.Node != h.Node {
+		return 0, orig
+	}
+	return e.rev, nil
+}
+
 // read returns a unit's latest backup (ok false when there is none).
 func (s *stateStore) read(ctx context.Context, key string) (h stateHeader, state []byte, ok bool, err error) {
 	var e stateEntry
-	err = natsnode.Retry(ctx, func(ctx context.Context) error {
+	err = natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
 		var err error
 		e, err = s.n.leaderGet(ctx, key)
 		return err
@@ -559,12 +600,21 @@ func (u *unitFT) backup(released bool, then chan error) {
 		ok:    u.rev.Store,
 		valid: func() bool { return u.owned() && u.token() == token },
 		fail: func(fenced bool) {
+			if !fenced {
+				// Not written (a leader election): the view flusher
+				// writes the state again, even if no event comes.
+				u.dirty.Store(true)
+				return
+			}
 			// Only the run that wrote it stops: a write queued by an
 			// earlier run of this node fails against the current one's
 			// take-over record, and must not end it.
-			if fenced && u.owned() && u.token() == token {
+			if u.owned() && u.token() == token {
 				st.n.log.Warn("fenced off: a newer owner took over", "job", st.name(), "partition", u.part)
 				st.release(u.part, false)
+				if u.part >= 0 {
+					st.parts[u.part].orphaned.Store(true)
+				}
 			}
 		}})
 }

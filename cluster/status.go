@@ -75,7 +75,9 @@ type PartOwner struct {
 	AgeMs     int64   `json:"lease_age_ms"` // since the holder last renewed
 	Since     string  `json:"since,omitempty"`
 	Lag       *int64  `json:"lag,omitempty"` // events behind, when this node owns it
-	Processed *uint64 `json:"processed,omitempty"`
+	// ViewEvents is the events of the partition's state this node
+	// installed from its owner (when another node owns it).
+	ViewEvents *uint64 `json:"view_events,omitempty"`
 }
 
 // Counts are this node's counters.
@@ -146,6 +148,9 @@ func (st *jobState) owners(all map[string]lease.Owner) JobOwners {
 		if ps.owned.Load() {
 			lag := ps.lag.Load()
 			po.Lag = &lag
+		} else if ps.viewRev.Load() != 0 {
+			rec := ps.viewRec.Load()
+			po.ViewEvents = &rec
 		}
 		jo.Partitions = append(jo.Partitions, po)
 	}

@@ -56,6 +56,7 @@ func (n *Node) refreshView(st *jobState, ps *partState) {
 		return
 	}
 	ps.viewRev.Store(e.rev)
+	ps.viewRec.Store(h.Rec)
 	n.stats.views.Add(1)
 }
 

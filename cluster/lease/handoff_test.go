@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // movedKeys lists the keys whose owner differs between two ownerships.
@@ -183,4 +185,45 @@ func TestSetKeysRemovingKeysReleasesThem(t *testing.T) {
 		return true
 	})
 	checkNoLost(t, c.j, "a", "b")
+}
+
+// While the nodes bucket is unavailable (its leader died and a new one is
+// being elected), no node can tell who is alive: each keeps the membership
+// it knew, and nobody hands keys around. Once the bucket is back, nothing
+// moved.
+func TestNodesBucketOutageMovesNothing(t *testing.T) {
+	c := newTestCluster(t, testKeys())
+	c.start("a", "b", "c")
+	before := c.waitBalanced(10*time.Second, 4)
+	from := len(c.j.snapshot())
+
+	js := c.connect()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := js.DeleteKeyValue(ctx, NodesBucket); err != nil {
+		t.Fatal(err)
+	}
+	// Every heartbeat fails for several TTLs; the nodes' views of each
+	// other grow old meanwhile.
+	outage := time.Now()
+	eventually(t, 20*testTTL, "several TTLs without heartbeats", func() bool {
+		return time.Since(outage) > 5*testTTL
+	})
+	for name, m := range c.managers() {
+		if n := len(m.Nodes()); n != 3 {
+			t.Errorf("node %s sees %d nodes during the outage, want the 3 it knew", name, n)
+		}
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: NodesBucket, TTL: testTTL}); err != nil {
+		t.Fatal(err)
+	}
+	after := c.waitBalanced(10*time.Second, 4)
+	if moved := movedKeys(before, after, c.currentKeys()); len(moved) != 0 {
+		t.Errorf("keys moved through the outage: %v", moved)
+	}
+	for _, e := range c.j.snapshot()[from:] {
+		if e.kind == "release" || e.kind == "lost" || e.kind == "acquired" {
+			t.Errorf("%s: %s %s during the outage", e.node, e.kind, e.key)
+		}
+	}
 }

@@ -47,6 +47,7 @@ import (
 	"regexp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -160,6 +161,9 @@ type Manager struct {
 
 	hbMu   sync.Mutex // a heartbeat Put and the Delete of Close do not cross
 	lastHB time.Time  // of the last heartbeat put that succeeded; under hbMu
+	// hbAt is lastHB in unix nanoseconds, for the reconcile loop (which
+	// holds mu, and may not take hbMu).
+	hbAt atomic.Int64
 
 	mu       sync.Mutex
 	keys     []string // sorted
@@ -200,6 +204,7 @@ func New(ctx context.Context, cfg Config, h Handler) (*Manager, error) {
 		m.cancel()
 		return nil, fmt.Errorf("lease: heartbeat: %w", err)
 	}
+	m.hbAt.Store(time.Now().UnixNano())
 	if err := m.startWatchers(ctx); err != nil {
 		m.stop()
 		return nil, err
@@ -331,8 +336,9 @@ func (m *Manager) Nodes() []NodeInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]NodeInfo, 0, len(m.nodes.m))
+	frozen := m.membershipFrozen(now)
 	for name, e := range m.nodes.m {
-		if now.Sub(e.seen) > m.nodes.ttl {
+		if !frozen && now.Sub(e.seen) > m.nodes.ttl {
 			continue
 		}
 		var hb heartbeat

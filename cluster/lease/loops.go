@@ -78,6 +78,7 @@ func (m *Manager) heartbeat() {
 	}
 	if _, err := m.putHeartbeat(m.ctx); err == nil {
 		m.lastHB = time.Now()
+		m.hbAt.Store(m.lastHB.UnixNano())
 	}
 }
 
@@ -214,6 +215,14 @@ func (m *Manager) relist() {
 	}
 }
 
+// membershipFrozen: while this node's own heartbeats fail (the nodes
+// bucket elects a leader, or this node is cut off) it cannot tell who is
+// alive, as the others' heartbeats fail alike. It keeps the membership it
+// knew rather than see every node die and hand every key around.
+func (m *Manager) membershipFrozen(now time.Time) bool {
+	return now.Sub(time.Unix(0, m.hbAt.Load())) > m.ttl
+}
+
 // plan is what one reconcile does.
 type plan struct {
 	acquire []string
@@ -236,7 +245,9 @@ func (m *Manager) plan() plan {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.nodes.expire(now)
+	if !m.membershipFrozen(now) {
+		m.nodes.expire(now)
+	}
 	m.leases.expire(now)
 	desired := Assign(m.keys, slices.Collect(maps.Keys(m.nodes.m)))
 	m.loseExpiredLocked(now)

@@ -16,7 +16,6 @@ import (
 // acknowledged event is counted once on every node. It needs root and
 // ip(8); elsewhere it is skipped with a message, never in CI.
 func TestClusterPartitionedNodeHeals(t *testing.T) {
-	needFailureTests(t)
 	net := newNetns(t, 3)
 	var routes []string
 	for i := range 3 {
@@ -34,10 +33,7 @@ func TestClusterPartitionedNodeHeals(t *testing.T) {
 	}
 	putJobAt(t, c.url(0), hhSpec)
 	c.waitOwned(0, "top", 60*time.Second, "n1", "n2", "n3")
-	sent := 0
-	for i := range 9 {
-		sent += postNDJSON(t, c.url(i%3), "clicks", clickBody(i*100, 100))
-	}
+	sent := c.postRetrying(0, 9)
 	waitTotal(t, c.url(0), "top", uint64(sent), 30*time.Second)
 
 	net.link(2, false)
