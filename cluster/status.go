@@ -69,12 +69,12 @@ type JobOwners struct {
 
 // PartOwner is one lease.
 type PartOwner struct {
-	Partition int     `json:"partition"`
-	Node      string  `json:"node,omitempty"` // "" while nobody holds it
-	Token     uint64  `json:"token,omitempty"`
-	AgeMs     int64   `json:"lease_age_ms"` // since the holder last renewed
-	Since     string  `json:"since,omitempty"`
-	Lag       *int64  `json:"lag,omitempty"` // events behind, when this node owns it
+	Partition int    `json:"partition"`
+	Node      string `json:"node,omitempty"` // "" while nobody holds it
+	Token     uint64 `json:"token,omitempty"`
+	AgeMs     int64  `json:"lease_age_ms"` // since the holder last renewed
+	Since     string `json:"since,omitempty"`
+	Lag       *int64 `json:"lag,omitempty"` // events behind, when this node owns it
 	// ViewEvents is the events of the partition's state this node
 	// installed from its owner (when another node owns it).
 	ViewEvents *uint64 `json:"view_events,omitempty"`
