@@ -252,14 +252,14 @@ func progressive(preds []float64, labels []bool) learners.Measures {
 }
 
 // oursEngine is a logreg job of one partition (so the events are learned
-// in file order) fed d's file: events/s, JSON parsing included, and the
-// job's own progressive measures.
-func oursEngine(d *labelled) (float64, learners.Measures) {
+// in file order) with params fed d's file: events/s, JSON parsing
+// included, and the job's own progressive measures.
+func oursEngine(d *labelled, params map[string]any) (float64, learners.Measures) {
 	body, err := os.ReadFile(d.file)
 	if err != nil {
 		panic(err)
 	}
-	spec := runtime.Spec{Name: "peers", Kind: "logreg", Input: "s", Partitions: 1}
+	spec := runtime.Spec{Name: "peers", Kind: "logreg", Input: "s", Partitions: 1, Params: params}
 	var m learners.Measures
 	rate := median(peersReps, func() float64 {
 		e, job, rate := feedEngine(chunk(spec.Input, body), len(d.labels), spec, "")
@@ -382,9 +382,15 @@ func sklearnRows(d *labelled, runs []sklearnRun, bucket int) (rows []sklearnRow,
 			curves = append(curves, accuracyCurve("mlstream logreg", preds, d.labels, bucket))
 		}
 	}
-	rate, m := oursEngine(d)
+	rate, m := oursEngine(d, nil)
 	rows = append(rows, sklearnRow{"mlstream logreg job, engine (1 partition, JSON parsed)", "1 event", len(d.labels), rate, m})
 	same = m == rows[len(rows)-2].m
+	// The drift responses (on_drift), on every set: they must help the
+	// drifting stream and leave the others alone.
+	for _, act := range []string{"reset_rates", "reset"} {
+		rate, m := oursEngine(d, map[string]any{"on_drift": act})
+		rows = append(rows, sklearnRow{"mlstream logreg job, engine, on_drift: " + act, "1 event", len(d.labels), rate, m})
+	}
 	for _, r := range runs {
 		updates := "1 event"
 		if r.Batch > 1 {
@@ -408,7 +414,7 @@ func sklearnRows(d *labelled, runs []sklearnRun, bucket int) (rows []sklearnRow,
 func sklearnNote(n, one int, same bool, info sklearnInfo, note string) string {
 	return fmt.Sprintf("Progressive validation for every learner: each event (or mini-batch) is first predicted with the current model, then learned; accuracy (p > 0.5), log loss (p clamped to [1e-15, 1-1e-15]) and AUC over the whole run, computed from the predictions by the same code (learners.Progressive). "+
 		"The generated stream is internal/gen (seed 11, true-model drift after %s events), written once as NDJSON; the real sets are benchmarks/data (see its README). "+
-		"**mlstream**: the defaults of a logreg job (FTRL-Proximal, α = 0.3, adaptive per-feature scales, 2^20 hashed weights); in process: one Learner on one core, features hashed before timing, median of %d runs; engine: a 1-partition logreg job fed the NDJSON through Batch in order, 1,000 events a batch (JSON parsing, queue and learning; its own measures, which %s); on the small sets its rate is mostly fixed costs (job start, waiting for the last batch). "+
+		"**mlstream**: the defaults of a logreg job (FTRL-Proximal, α = 0.3, adaptive per-feature scales, 2^20 hashed weights); in process: one Learner on one core, features hashed before timing, median of %d runs; engine: a 1-partition logreg job fed the NDJSON through Batch in order, 1,000 events a batch (JSON parsing, queue and learning; its own measures, which %s); on the small sets its rate is mostly fixed costs (job start, waiting for the last batch); *on_drift: reset_rates / reset*: the same job with that param (the default is none): when a Page-Hinkley detector finds a drift in the log loss, the optimizer's per-weight rates, or the whole model, start over. "+
 		"A fresh model's first events touch its 32 MiB of weights for the first time (page faults): that dominates our rate on a short prefix (a second pass over the same events runs several times faster). "+
 		"**scikit-learn** %s (Debian's python3-sklearn; numpy %s, Python %s): SGDClassifier(loss=\"log_loss\") with default settings except shuffle=False (stream order within a mini-batch) and random_state=0, partial_fit after predict_proba; features vectorised before timing with DictVectorizer (the same names as ours: numbers as is, a string v under name as the column name=v, no hashing collisions). "+
 		"*as-is*: values unscaled as they come (the generated amount goes up to 5,000); *max-abs*: each feature divided by the largest |value| seen so far, this event included (what MaxAbsScaler.partial_fit holds; no later event is looked at): the analogue of our adaptive scales. "+

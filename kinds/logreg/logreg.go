@@ -252,18 +252,20 @@ func (j *logregJob) Status(detail bool) any {
 // logregPart is one partition's learner: progressive validation (predict,
 // then learn) on labelled events, prediction only on the others.
 type logregPart struct {
-	job      *logregJob
-	index    int
-	out      runtime.Emitter
-	learner  *learners.Learner
-	prog     *learners.Progressive
-	drift    *learners.PageHinkley // on the log loss of prog's events
-	msg      []byte
-	lastSeq  uint64       // of the last record processed
-	limit    int          // merge after this many labelled events within a group: γ (fault tolerance)
-	unacked  atomic.Int64 // learned, not yet merged: published for status
-	unlogged int          // learned since the last merge and not in the item log
-	active   bool         // has work, for the clock
+	job     *logregJob
+	index   int
+	out     runtime.Emitter
+	learner *learners.Learner
+	prog    *learners.Progressive
+	drift   *learners.PageHinkley // on the log loss of prog's events
+	// driftEpoch is the job's drift-action count the detector started at.
+	driftEpoch uint64
+	msg        []byte
+	lastSeq    uint64       // of the last record processed
+	limit      int          // merge after this many labelled events within a group: γ (fault tolerance)
+	unacked    atomic.Int64 // learned, not yet merged: published for status
+	unlogged   int          // learned since the last merge and not in the item log
+	active     bool         // has work, for the clock
 
 	// pub is the copy of prog that readers see, refreshed every
 	// publishEvery and whenever the partition goes idle.
@@ -296,6 +298,7 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 	model := p.job.model
 	// Backups need the pending sets as of each merge (labels_ft.go).
 	p.pend.journaled = p.job.ft != nil && !p.job.sharing()
+	p.restartDetector()
 	for i := range recs {
 		r := &recs[i]
 		if p.share.gapUpTo != 0 && !p.replayed(r.Seq) {

@@ -33,10 +33,12 @@ import (
 //
 // A delta, little-endian:
 //
-//	byte     format (deltaFormat)
+//	byte     format (deltaFormat, or deltaFormatAction)
 //	uvarint  partition
 //	uvarint  lastSeq: sequence number of the last event the delta holds
 //	uvarint  labelled events learned (the model's update count grows by it)
+//	uvarint  format deltaFormatAction only: a drift action (drift.go),
+//	         applied after the delta's slots
 //	uvarint  length of the partition's progressive metrics, 0 if none,
 //	         then that many bytes (learners.Progressive.MarshalBinary)
 //	the slot section (learners.Learner.AppendDelta)
@@ -51,7 +53,11 @@ var (
 )
 
 // deltaFormat is the leading byte of a delta: its format's version.
-const deltaFormat = 1
+// deltaFormatAction is a delta that also carries a drift action.
+const (
+	deltaFormat       = 1
+	deltaFormatAction = 2
+)
 
 // metricsEvery is how often at most a partition's deltas carry its
 // progressive metrics (tens of kilobytes each).
@@ -92,6 +98,9 @@ type partShare struct {
 	// none. Meanwhile the partition drops its events: a delta of later
 	// ones would claim, by its lastSeq, the lost ones too.
 	gapUpTo uint64
+	// action is a drift action (drift.go) for the next delta to carry;
+	// 0: none.
+	action uint64
 }
 
 // ShareDeltas switches the job to shared deltas (runtime.Sharing); called
@@ -129,7 +138,7 @@ func (p *logregPart) sendDelta(now time.Time, force bool) {
 		return
 	}
 	metrics := p.metricsDue(now, force)
-	if p.learner.Pending() == 0 && p.learner.Touched() == 0 && p.share.sentSeq == p.lastSeq && metrics == nil {
+	if p.learner.Pending() == 0 && p.learner.Touched() == 0 && p.share.sentSeq == p.lastSeq && metrics == nil && p.share.action == 0 {
 		return
 	}
 	delta := p.encodeDelta(metrics)
@@ -145,6 +154,7 @@ func (p *logregPart) sendDelta(now time.Time, force bool) {
 
 func (p *logregPart) deltaSent(now time.Time, withMetrics bool) {
 	p.job.share.sent.Add(1)
+	p.share.action = 0
 	p.share.sentSeq, p.share.sentAt = p.lastSeq, now
 	p.share.sentMark.Store(p.lastSeq + 1)
 	if withMetrics {
@@ -234,6 +244,10 @@ func (p *logregPart) encodeDelta(metrics []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(p.index))
 	b = binary.AppendUvarint(b, p.lastSeq)
 	b = binary.AppendUvarint(b, uint64(p.learner.Pending()))
+	if p.share.action != 0 {
+		b[0] = deltaFormatAction
+		b = binary.AppendUvarint(b, p.share.action)
+	}
 	b = binary.AppendUvarint(b, uint64(len(metrics)))
 	b = append(b, metrics...)
 	b, _ = p.learner.AppendDelta(b)
@@ -245,26 +259,37 @@ type deltaHeader struct {
 	partition int
 	lastSeq   uint64
 	labelled  uint64
+	action    uint64                // a drift action, 0 if none
 	metrics   *learners.Progressive // nil if none
 	slots     []byte
 }
 
 // readDeltaHeader decodes and checks a delta's header and metrics.
 func (j *logregJob) readDeltaHeader(delta []byte) (h deltaHeader, err error) {
-	if len(delta) == 0 || delta[0] != deltaFormat {
-		return h, fmt.Errorf("%w: not format %d", errBadDelta, deltaFormat)
+	if len(delta) == 0 || delta[0] != deltaFormat && delta[0] != deltaFormatAction {
+		return h, fmt.Errorf("%w: not format %d or %d", errBadDelta, deltaFormat, deltaFormatAction)
 	}
-	var fields [4]uint64
+	var fields [5]uint64
+	n := 4
+	if delta[0] == deltaFormatAction {
+		n = 5
+	}
 	rest := delta[1:]
-	for i := range fields {
+	for i := range n {
 		v, k := binary.Uvarint(rest)
 		if k <= 0 {
 			return h, fmt.Errorf("%w: truncated header", errBadDelta)
 		}
 		fields[i], rest = v, rest[k:]
 	}
-	part, lastSeq, labelled, metricsLen := fields[0], fields[1], fields[2], fields[3]
+	part, lastSeq, labelled := fields[0], fields[1], fields[2]
+	metricsLen, action := fields[3], uint64(0)
+	if n == 5 {
+		action, metricsLen = fields[3], fields[4]
+	}
 	switch {
+	case action > actionReset:
+		return h, fmt.Errorf("%w: drift action %d", errBadDelta, action)
 	case part >= uint64(len(j.parts)):
 		return h, fmt.Errorf("%w: partition %d of a job of %d", errBadDelta, part, len(j.parts))
 	case labelled > maxDeltaEvents:
@@ -272,7 +297,7 @@ func (j *logregJob) readDeltaHeader(delta []byte) (h deltaHeader, err error) {
 	case metricsLen > uint64(len(rest)):
 		return h, fmt.Errorf("%w: metrics of %d bytes in %d", errBadDelta, metricsLen, len(rest))
 	}
-	h = deltaHeader{partition: int(part), lastSeq: lastSeq, labelled: labelled, slots: rest[metricsLen:]}
+	h = deltaHeader{partition: int(part), lastSeq: lastSeq, labelled: labelled, action: action, slots: rest[metricsLen:]}
 	if metricsLen > 0 {
 		h.metrics = learners.NewProgressive(j.window)
 		if err := h.metrics.UnmarshalBinary(rest[:metricsLen]); err != nil {
@@ -314,6 +339,7 @@ func (j *logregJob) applyDelta(h deltaHeader, version uint64) error {
 	}
 	j.merge.lastSeqs[h.partition] = h.lastSeq
 	j.merge.learned += int64(h.labelled)
+	j.act(h.action)
 	j.parts[h.partition].share.appliedMark.Store(h.lastSeq + 1)
 	if h.metrics != nil {
 		j.parts[h.partition].installMetrics(h.metrics, h.lastSeq)

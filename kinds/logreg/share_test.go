@@ -194,6 +194,26 @@ func ingest(t *testing.T, e *runtime.Engine, lines []string) {
 	}
 }
 
+// feed is the events for one engine.
+type feed struct {
+	e     *runtime.Engine
+	lines []string
+}
+
+// ingestAll feeds every engine its events, at the same time.
+func ingestAll(t *testing.T, feeds ...feed) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, f := range feeds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ingest(t, f.e, f.lines)
+		}()
+	}
+	wg.Wait()
+}
+
 // waitFor polls cond until it holds or 60 s passed.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -277,18 +297,7 @@ func TestTwoNodesShareOneModel(t *testing.T) {
 	ea, a := node(t, c, testSpec(4), runtime.Config{})
 	eb, b := node(t, c, testSpec(4), runtime.Config{})
 	eo, o := node(t, nil, testSpec(1), runtime.Config{})
-	var wg sync.WaitGroup
-	for _, f := range []struct {
-		e     *runtime.Engine
-		lines []string
-	}{{ea, toA}, {eb, toB}, {eo, lines}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ingest(t, f.e, f.lines)
-		}()
-	}
-	wg.Wait()
+	ingestAll(t, feed{ea, toA}, feed{eb, toB}, feed{eo, lines})
 	waitFor(t, "every event learned and applied on both nodes", func() bool {
 		return a.model.Updates() == train && b.model.Updates() == train && o.model.Updates() == train
 	})
@@ -603,4 +612,39 @@ func TestMetricsFollowThePartition(t *testing.T) {
 	waitFor(t, "both nodes to show the metrics of all 2500 events", func() bool {
 		return count(eb) == 2500 && count(ea) == 2500
 	})
+}
+
+// A drift action of on_drift rides on the finding partition's delta: both
+// nodes apply it at the same place of the order, and their models stay
+// equal bit for bit.
+func TestTwoNodesActOnDriftTogether(t *testing.T) {
+	const train, driftAfter = 32_000, 16_000
+	lines, keys := events(gen.New(gen.Config{Seed: 5, DriftAfter: driftAfter}), train)
+	var toA, toB []string
+	for i, l := range lines {
+		if learners.HashName(keys[i])%2 == 0 {
+			toA = append(toA, l)
+		} else {
+			toB = append(toB, l)
+		}
+	}
+	spec := testSpec(2)
+	spec.Params["on_drift"] = "reset"
+	c := newTestCluster(t)
+	ea, a := node(t, c, spec, runtime.Config{})
+	eb, b := node(t, c, spec, runtime.Config{})
+	ingestAll(t, feed{ea, toA}, feed{eb, toB})
+	waitFor(t, "every event learned and applied on both nodes", func() bool {
+		return a.model.Updates() == train && b.model.Updates() == train &&
+			a.drifts.resets.Load() == a.drifts.count.Load()+b.drifts.count.Load() && a.drifts.resets.Load() == b.drifts.resets.Load()
+	})
+	c.applyMu.Lock()
+	sa, sb := snapshot(t, a.model), snapshot(t, b.model)
+	c.applyMu.Unlock()
+	if !bytes.Equal(sa, sb) {
+		t.Fatal("models differ after a drift action")
+	}
+	if a.drifts.resets.Load() == 0 {
+		t.Fatalf("no drift acted on: %d and %d drifts found", a.drifts.count.Load(), b.drifts.count.Load())
+	}
 }
