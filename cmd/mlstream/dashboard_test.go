@@ -313,6 +313,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.waitFor("the feed connects", `s.conn === "live"`, nil, 15*time.Second)
 	jobs := b.checkJobList(url)
 	b.checkPanelsFill(jobs)
+	b.checkTopFeatures(url)
 	b.checkLayouts()
 	b.checkConsole()
 	b.checkRestartShown(srv, args)
@@ -384,6 +385,41 @@ func (b *browser) checkPanelsFill(jobs []client.JobStatus) {
 		&& s.ftBackups !== "–" && Object.values(s.health).every(h => h === "ok" || h === "warn")
 		&& s0.jobNames.every(j => /^[0-9.,]+ \((auto|fixed)\)$/.test(s.group[j] || "") && num(s.group[j].split(" ")[0]) >= 1)
 		&& s.groupPoints >= s0.groupPoints + 3 && s.consistency === s0.wantConsistency`, s0, 30*time.Second)
+}
+
+// checkTopFeatures checks that the model panel lists the strongest
+// weights by feature name, signed, with names that the API's
+// model?top= gives for the job's strongest weights.
+func (b *browser) checkTopFeatures(url string) {
+	b.t.Helper()
+	const rows = `[...document.querySelectorAll('section.job[data-job="` + demoJob + `"] [data-f="top_features"] tbody tr')]`
+	b.waitFor("the model panel lists top features by name", `(() => { const r = `+rows+`;
+		return r.length > 0 && r.every(x => x.cells[0].textContent.trim() !== "" && /^[+−][0-9]/.test(x.cells[1].textContent.trim())); })()`, nil, 20*time.Second)
+	shown := b.eval("reading the top features", `({names: `+rows+`.map(x => x.cells[0].textContent.split(",")[0].replace(/ \(\d[\d,]*\)$/, "").trim())})`)
+	var top struct {
+		Top []struct {
+			Names []struct{ Name string }
+		}
+	}
+	getJSON(b.t, url+"/v1/jobs/"+demoJob+"/model?top=100", &top)
+	known := map[string]bool{}
+	for _, w := range top.Top {
+		for _, n := range w.Names {
+			known[n.Name] = true
+		}
+	}
+	names, _ := shown["names"].([]any)
+	found := 0
+	for _, n := range names {
+		if known[n.(string)] {
+			found++
+		}
+	}
+	// The model learns on meanwhile: most, not all, of the names shown
+	// are still among the API's strongest 100.
+	if len(names) == 0 || found*2 < len(names) {
+		b.fatalf("the panel shows %v; the API's top 100 names: %v", names, known)
+	}
 }
 
 // checkLayouts checks a phone and a laptop: nothing wider than the screen;
