@@ -352,12 +352,30 @@ type LabelStatus struct {
 
 func (j *logregJob) labelStatus() *LabelStatus {
 	st := &LabelStatus{TTLMs: j.labels.ttl, MaxBytes: j.labels.bytes}
-	for _, p := range j.parts {
-		st.labelCounts.add(*p.pend.pub.counts.Load())
+	for i, p := range j.parts {
+		counts := *p.pend.pub.counts.Load()
+		if j.sharing() && counts == (labelCounts{}) {
+			// A partition this node has not run: as its deltas say.
+			j.committedStatus(i, st)
+			continue
+		}
+		st.labelCounts.add(counts)
 		st.Pending += p.pend.pub.entries.Load()
 		st.PendingBytes += p.pend.pub.size.Load()
 	}
 	return st
+}
+
+// committedStatus adds partition i's committed held set to st.
+func (j *logregJob) committedStatus(i int, st *LabelStatus) {
+	j.merge.Lock()
+	defer j.merge.Unlock()
+	c := j.committed[i]
+	st.labelCounts.add(c.counts)
+	st.Pending += int64(len(c.m))
+	for _, e := range c.m {
+		st.PendingBytes += e.bytes()
+	}
 }
 
 // newPending is a partition's pending set, with its share of

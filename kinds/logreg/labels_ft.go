@@ -2,6 +2,7 @@ package logreg
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,21 +38,36 @@ func newCommittedPending() *committedPending {
 // commitPending folds the partition's journal into its committed set;
 // under j.merge.
 func (p *logregPart) commitPending() {
-	s, c := p.pend, p.job.committed[p.index]
+	s := p.pend
 	if !s.journaled {
 		return
 	}
-	for _, op := range s.journal {
+	p.job.committed[p.index].apply(s.counts, s.journal, false, true)
+	s.clearJournal()
+}
+
+func (s *pendingSet) clearJournal() {
+	clear(s.journal)
+	s.journal = s.journal[:0]
+}
+
+// apply makes counts the set's and applies ops (after emptying the set
+// when full); keep keeps the ops for the next delta backup.
+func (c *committedPending) apply(counts labelCounts, ops []pendingOp, full, keep bool) {
+	if full {
+		clear(c.m)
+	}
+	for _, op := range ops {
 		if op.add != nil {
 			c.m[op.add.id] = op.add
 		} else {
 			delete(c.m, op.del)
 		}
 	}
-	c.ops = append(c.ops, s.journal...)
-	c.counts = s.counts
-	clear(s.journal)
-	s.journal = s.journal[:0]
+	if keep {
+		c.ops = append(c.ops, ops...)
+	}
+	c.counts = counts
 }
 
 // pendingDivergence is the committed changes since the last backup, in
@@ -86,27 +102,40 @@ func (j *logregJob) backupPending(w io.Writer, full bool) error {
 	}
 	b = binary.AppendUvarint(b, uint64(len(j.committed)))
 	for _, c := range j.committed {
-		b = appendCounts(b, &c.counts)
 		if full {
-			b = binary.AppendUvarint(b, uint64(len(c.m)))
-			for _, e := range c.m {
-				b = appendEntry(b, e)
-			}
+			b = appendFull(b, c)
 		} else {
-			b = binary.AppendUvarint(b, uint64(len(c.ops)))
-			for _, op := range c.ops {
-				if op.add != nil {
-					b = appendEntry(append(b, opAdd), op.add)
-				} else {
-					b = appendString(append(b, opDel), op.del)
-				}
-			}
+			b = appendChanges(b, &c.counts, c.ops)
 		}
 		clear(c.ops)
 		c.ops = c.ops[:0]
 	}
 	_, err := w.Write(b)
 	return err
+}
+
+// appendFull appends a set's counts and entries.
+func appendFull(b []byte, c *committedPending) []byte {
+	b = appendCounts(b, &c.counts)
+	b = binary.AppendUvarint(b, uint64(len(c.m)))
+	for _, e := range c.m {
+		b = appendEntry(b, e)
+	}
+	return b
+}
+
+// appendChanges appends counts and changes of a set.
+func appendChanges(b []byte, counts *labelCounts, ops []pendingOp) []byte {
+	b = appendCounts(b, counts)
+	b = binary.AppendUvarint(b, uint64(len(ops)))
+	for _, op := range ops {
+		if op.add != nil {
+			b = appendEntry(append(b, opAdd), op.add)
+		} else {
+			b = appendString(append(b, opDel), op.del)
+		}
+	}
+	return b
 }
 
 func appendCounts(b []byte, c *labelCounts) []byte {
@@ -148,54 +177,60 @@ func (j *logregJob) recoverPending(r io.Reader) error {
 	if err != nil || n != uint64(len(j.committed)) {
 		return fmt.Errorf("%w: %d partitions, the job has %d", errBadPending, n, len(j.committed))
 	}
+	full := hdr[1] == pendingFull
 	for _, c := range j.committed {
-		if err := readPart(br, c, hdr[1] == pendingFull); err != nil {
+		counts, ops, err := readPart(br, full)
+		if err != nil {
 			return err
 		}
+		c.apply(counts, ops, full, false)
 	}
 	return nil
 }
 
-// readPart reads one partition's counts and set (full) or changes.
-func readPart(br *bufio.Reader, c *committedPending, full bool) error {
+// readPart reads one partition's counts and set (full: every entry as
+// an addition) or changes.
+func readPart(br *bufio.Reader, full bool) (labelCounts, []pendingOp, error) {
 	var counts [6]int64
 	for i := range counts {
 		v, err := binary.ReadUvarint(br)
 		if err != nil {
-			return errBadPending
+			return labelCounts{}, nil, errBadPending
 		}
 		counts[i] = int64(v)
 	}
-	c.counts = labelCounts{counts[0], counts[1], counts[2], counts[3], counts[4], counts[5]}
+	c := labelCounts{counts[0], counts[1], counts[2], counts[3], counts[4], counts[5]}
 	n, err := binary.ReadUvarint(br)
 	if err != nil {
-		return errBadPending
+		return c, nil, errBadPending
 	}
-	if full {
-		clear(c.m)
-	}
+	// Grown as read: a count the bytes do not back allocates nothing.
+	var ops []pendingOp
 	for range n {
 		op := byte(opAdd)
 		if !full {
 			if op, err = br.ReadByte(); err != nil {
-				return errBadPending
+				return c, nil, errBadPending
 			}
 		}
-		if op == opDel {
+		switch op {
+		case opDel:
 			id, err := readString(br)
 			if err != nil {
-				return err
+				return c, nil, err
 			}
-			delete(c.m, id)
-			continue
+			ops = append(ops, pendingOp{del: id})
+		case opAdd:
+			e, err := readEntry(br)
+			if err != nil {
+				return c, nil, err
+			}
+			ops = append(ops, pendingOp{add: e})
+		default:
+			return c, nil, errBadPending
 		}
-		e, err := readEntry(br)
-		if err != nil {
-			return err
-		}
-		c.m[e.id] = e
 	}
-	return nil
+	return c, ops, nil
 }
 
 func readString(br *bufio.Reader) (string, error) {
@@ -240,21 +275,68 @@ func readEntry(br *bufio.Reader) (*pendingEntry, error) {
 }
 
 // restorePending makes each partition's pending set its committed one,
-// after recovery: oldest first in the FIFO, the clock at the newest.
+// after recovery.
 func (j *logregJob) restorePending() {
-	for i, p := range j.parts {
-		c := j.committed[i]
-		s := j.newPending()
-		s.counts = c.counts
-		for _, e := range c.m {
-			s.live[e.id] = e
-			s.fifo = append(s.fifo, e)
-			s.bytes += e.bytes()
-			s.clock = max(s.clock, e.ts)
-		}
-		slices.SortFunc(s.fifo, func(a, b *pendingEntry) int { return int(min(max(a.ts-b.ts, -1), 1)) })
-		c.ops = c.ops[:0]
-		s.publish()
-		p.pend = s
+	for i := range j.parts {
+		j.committed[i].ops = j.committed[i].ops[:0]
+		j.restorePart(i)
 	}
+}
+
+// restorePart makes partition i's pending set its committed one: oldest
+// first in the FIFO, the clock at the newest. Under j.merge, or before
+// the partitions start.
+func (j *logregJob) restorePart(i int) {
+	c := j.committed[i]
+	s := j.newPending()
+	s.counts = c.counts
+	for _, e := range c.m {
+		s.live[e.id] = e
+		s.fifo = append(s.fifo, e)
+		s.bytes += e.bytes()
+		s.clock = max(s.clock, e.ts)
+	}
+	slices.SortFunc(s.fifo, func(a, b *pendingEntry) int { return int(min(max(a.ts-b.ts, -1), 1)) })
+	s.publish()
+	j.parts[i].pend = s
+}
+
+// Held predictions in cluster mode: a partition's deltas carry the
+// changes of its held set since its previous delta (share.go), and every
+// node applies them to its committed copy of the set.
+
+// heldChanges are a delta's changes of a partition's held set.
+type heldChanges struct {
+	counts labelCounts
+	ops    []pendingOp
+}
+
+// heldChanged reports whether the partition's held set changed since its
+// last delta.
+func (p *logregPart) heldChanged() bool {
+	return len(p.pend.journal) > 0 || p.pend.counts != p.share.sentCounts
+}
+
+// heldChanges encodes the changes for the next delta and clears the
+// journal (a failed send restores the set: sendFailed); nil when none.
+func (p *logregPart) heldChanges() []byte {
+	if !p.heldChanged() {
+		return nil
+	}
+	b := appendChanges(nil, &p.pend.counts, p.pend.journal)
+	p.share.encCounts = p.pend.counts
+	p.pend.clearJournal()
+	return b
+}
+
+func readHeldChanges(b []byte) (*heldChanges, error) {
+	br := bufio.NewReader(bytes.NewReader(b))
+	counts, ops, err := readPart(br, false)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		return nil, errBadPending
+	}
+	return &heldChanges{counts, ops}, nil
 }

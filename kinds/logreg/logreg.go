@@ -296,8 +296,9 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 	}
 	wants := p.out.Wants(TypePrediction)
 	model := p.job.model
-	// Backups need the pending sets as of each merge (labels_ft.go).
-	p.pend.journaled = p.job.ft != nil && !p.job.sharing()
+	// Backups need the held sets as of each merge, other nodes their
+	// changes (labels_ft.go).
+	p.pend.journaled = p.job.ft != nil || p.job.sharing()
 	p.restartDetector()
 	for i := range recs {
 		r := &recs[i]
