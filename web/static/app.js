@@ -502,6 +502,7 @@ class JobView {
     set(e, "auc_recent", fmt(rec.auc));
     set(e, "labelled", int(all.count));
     this.decisions(e, all, rec, s.drift);
+    this.delayedLabels(e, s.labels);
     this.topFeatures(e, m.version);
     const c = s.consistency && typeof s.consistency === "object" ? s.consistency : null;
     $(e, '[data-card="consistency"]').hidden = !c;
@@ -547,6 +548,31 @@ class JobView {
     set(e, "prf_all", prf(all));
     set(e, "drifts", drift && isNum(drift.drifts) ? int(drift.drifts) : "–");
     this.calibration(e, rec);
+  }
+
+  // delayedLabels shows the predictions held for delayed labels and how
+  // labels fared, once the job has held any: a card beside the others.
+  delayedLabels(e, l) {
+    let card = $(e, '[data-card="labels"]');
+    if (!l || !(l.held > 0)) {
+      if (card) card.hidden = true;
+      return;
+    }
+    if (!card) {
+      card = el("div", "card wide");
+      card.dataset.card = "labels";
+      const b = el("b", "", "–"), note = el("span", "", "");
+      b.dataset.f = "labels_pending";
+      note.dataset.f = "labels_note";
+      card.append(b, note);
+      const before = $(e, '[data-card="consistency"]');
+      before.parentNode.insertBefore(card, before);
+    }
+    card.hidden = false;
+    set(e, "labels_pending", `${int(l.pending)} held`);
+    const lost = ["unknown", "expired", "evicted", "duplicates"].filter(k => l[k] > 0).map(k => `${int(l[k])} ${k}`);
+    set(e, "labels_note", `delayed labels: ${int(l.joined)} of ${int(l.held)} joined` + (lost.length ? "; " + lost.join(", ") : "") +
+      (isNum(l.pending_bytes) && isNum(l.pending_max_bytes) ? `; ${bytes(l.pending_bytes)} of ${bytes(l.pending_max_bytes)}` : ""));
   }
 
   // topFeatures lists the strongest weights by feature name (the model
