@@ -183,48 +183,72 @@ type ingestResponse struct {
 
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 	stream := chi.URLParam(r, "stream")
+	b, accepted, ok := s.commitBody(w, r, batchRequest{
+		stream: stream, what: fmt.Sprintf("the jobs reading stream %q", stream), unit: "events",
+		newBatch: func() (*runtime.Batch, error) { return s.engine.NewBatch(stream) },
+		add:      (*runtime.Batch).Add,
+	})
+	if ok {
+		writeJSON(w, http.StatusAccepted, ingestResponse{Accepted: accepted, Shed: b.Shed()})
+	}
+}
+
+// batchRequest is a request whose body goes into a batch: a stream's
+// events, or a job's labels.
+type batchRequest struct {
+	stream   string // for the metrics and Retry-After
+	what     string // whose queues, for the error of a request too large
+	unit     string // what the body holds, for that error
+	newBatch func() (*runtime.Batch, error)
+	add      func(b *runtime.Batch, v *fastjson.Value, line int) error
+}
+
+// commitBody reads the body into a new batch and commits it, honouring an
+// Idempotency-Key. A refusal is answered here and ok is false.
+func (s *Server) commitBody(w http.ResponseWriter, r *http.Request, br batchRequest) (b *runtime.Batch, accepted int, ok bool) {
+	stream := br.stream
 	key := r.Header.Get("Idempotency-Key")
 	if err := checkIdempotencyKey(key); err != nil {
 		discardBody(w, r, s.cfg.MaxBodyBytes)
 		s.engine.Refused(stream, "bad_input", 1)
 		writeError(w, http.StatusBadRequest, apiError{Error: err.Error(), Field: "Idempotency-Key"})
-		return
+		return nil, 0, false
 	}
-	b, err := s.engine.NewBatch(stream)
+	b, err := br.newBatch()
 	if err != nil {
 		discardBody(w, r, s.cfg.MaxBodyBytes)
 		s.engineError(w, stream, err, 1)
-		return
+		return nil, 0, false
 	}
 	buf, err := readBody(w, r, s.cfg.MaxBodyBytes)
 	if err != nil {
 		s.refuse(w, stream, err, 1)
-		return
+		return nil, 0, false
 	}
 	defer releaseBody(buf)
 	ctype := r.Header.Get("Content-Type")
 	events, err := countEvents(buf.Bytes(), ctype, s.cfg.MaxEventBytes)
 	if err == nil && events > b.MaxEvents() {
 		err = &DecodeError{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf(
-			"%d events, more than the queues of the jobs reading stream %q can take in one request (%d); send smaller batches", events, stream, b.MaxEvents())}
+			"%d %s, more than the queues of %s can take in one request (%d); send smaller batches", events, br.unit, br.what, b.MaxEvents())}
 	}
 	if err != nil {
 		s.refuse(w, stream, err, max(events, 1))
-		return
+		return nil, 0, false
 	}
 	b.Expect(events)
 	b.SetKey(key)
-	n, err := decodeEvents(buf.Bytes(), ctype, s.cfg.MaxEventBytes, b.Add)
+	n, err := decodeEvents(buf.Bytes(), ctype, s.cfg.MaxEventBytes, func(v *fastjson.Value, line int) error { return br.add(b, v, line) })
 	if err != nil {
 		s.refuse(w, stream, err, events)
-		return
+		return nil, 0, false
 	}
-	accepted, err := b.Commit(runtime.WithIngestKey(r.Context(), key))
+	accepted, err = b.Commit(runtime.WithIngestKey(r.Context(), key))
 	if err != nil {
 		s.engineError(w, stream, err, n)
-		return
+		return nil, 0, false
 	}
-	writeJSON(w, http.StatusAccepted, ingestResponse{Accepted: accepted, Shed: b.Shed()})
+	return b, accepted, true
 }
 
 // maxIdempotencyKey is the longest Idempotency-Key header taken.
@@ -326,15 +350,16 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 	}
 	// The version before predicting: the predictions saw at least it.
 	resp := predictResponse{Job: job.Name(), ModelVersion: pr.Version()}
+	held := s.newHolder(job, pr)
 	ok = s.eachEvent(w, r, func(v *fastjson.Value, line int) error {
 		p, err := pr.Predict(v, line)
 		if err != nil {
 			return err
 		}
 		resp.Predictions = append(resp.Predictions, p)
-		return nil
+		return held.hold()
 	})
-	if !ok {
+	if !ok || !held.commit(w, r) {
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)

@@ -172,7 +172,7 @@ func TestDamagedJobRecordIsSkipped(t *testing.T) {
 // bad name 400 naming the field.
 func TestJobLimitsOverHTTP(t *testing.T) {
 	ts := newTestServer(t, func(c *runtime.Config, _ *Config) { c.MaxMemory, c.MaxJobs = 80<<20, 2 })
-	ts.putJob("a", `{"kind":"logreg","input":"s","partitions":1,"queue_size":1024,"params":{"hash_bits":21}}`)
+	ts.putJob("a", `{"kind":"logreg","input":"s","partitions":1,"queue_size":1024,"params":{"hash_bits":21,"label_pending_bytes":0}}`)
 	if est := ts.job("a").MemoryEstimate; est < 64<<20 {
 		t.Fatalf("memory_estimate_bytes %d", est)
 	}

@@ -119,6 +119,7 @@ func New(cfg Config) *Server {
 	none := knownParams()
 	r.Route("/v1", func(r chi.Router) {
 		r.With(ingest, none).Post("/streams/{stream}/events", s.ingest)
+		r.With(ingest, none).Post("/jobs/{job}/labels", s.labels)
 		r.Group(func(r chi.Router) {
 			r.Use(read)
 			r.With(none).Get("/jobs", s.listJobs)

@@ -99,6 +99,10 @@ type labelled struct {
 	trueP   []float64 // the true model's probabilities (generated stream only)
 	one     int       // events sklearn learns one at a time (a prefix)
 	batches []int     // sklearn's mini-batch sizes
+	// variants are sklearn's preprocessings (sgd.py --variants); nil:
+	// as-is and max-abs. ours are extra params of our job to run.
+	variants []string
+	ours     []map[string]any
 }
 
 // readLabelled reads an NDJSON file of labelled events and hashes each
@@ -187,7 +191,11 @@ func runSklearn(d *labelled) (sklearnInfo, []sklearnRun, error) {
 	for _, b := range d.batches {
 		batches = append(batches, strconv.Itoa(b))
 	}
-	cmd := exec.Command(peersPython, sgdScript, d.file, "--one", strconv.Itoa(d.one), "--batches", strings.Join(batches, ","))
+	args := []string{sgdScript, d.file, "--one", strconv.Itoa(d.one), "--batches", strings.Join(batches, ",")}
+	if d.variants != nil {
+		args = append(args, "--variants", strings.Join(d.variants, ","))
+	}
+	cmd := exec.Command(peersPython, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -252,14 +260,14 @@ func progressive(preds []float64, labels []bool) learners.Measures {
 }
 
 // oursEngine is a logreg job of one partition (so the events are learned
-// in file order) fed d's file: events/s, JSON parsing included, and the
-// job's own progressive measures.
-func oursEngine(d *labelled) (float64, learners.Measures) {
+// in file order) with params fed d's file: events/s, JSON parsing
+// included, and the job's own progressive measures.
+func oursEngine(d *labelled, params map[string]any) (float64, learners.Measures) {
 	body, err := os.ReadFile(d.file)
 	if err != nil {
 		panic(err)
 	}
-	spec := runtime.Spec{Name: "peers", Kind: "logreg", Input: "s", Partitions: 1}
+	spec := runtime.Spec{Name: "peers", Kind: "logreg", Input: "s", Partitions: 1, Params: params}
 	var m learners.Measures
 	rate := median(peersReps, func() float64 {
 		e, job, rate := feedEngine(chunk(spec.Input, body), len(d.labels), spec, "")
@@ -289,7 +297,7 @@ func sklearnTables(quick bool) {
 	if quick {
 		n, one = 20_000, 5_000
 	}
-	note, sets, err := sklearnSets(n, one)
+	note, sets, err := sklearnSets(n, one, quick)
 	if err != nil {
 		skipped("scikit-learn", err)
 		return
@@ -329,7 +337,7 @@ func sklearnTables(quick bool) {
 // sklearnSets installs scikit-learn if need be and makes the data sets:
 // the generated stream of n events (its first one learned by sklearn one at
 // a time; the caller removes its file) and the real sets that are there.
-func sklearnSets(n, one int) (note string, sets []*labelled, err error) {
+func sklearnSets(n, one int, quick bool) (note string, sets []*labelled, err error) {
 	note, err = aptEnsure("python3-sklearn", func() error {
 		return exec.Command(peersPython, "-c", "import sklearn").Run()
 	})
@@ -352,6 +360,17 @@ func sklearnSets(n, one int) (note string, sets []*labelled, err error) {
 			continue
 		}
 		d.one, d.batches = len(d.labels), []int{10, 100}
+		sets = append(sets, d)
+	}
+	if d, err := readLabelled("SpamAssassin (word counts)", "benchmarks/data/spam_assassin.ndjson"); err != nil {
+		fmt.Printf("\n(SpamAssassin skipped: %v)\n", err)
+	} else {
+		d.one, d.batches = len(d.labels), []int{10, 100}
+		if quick {
+			d.one = 1000
+		}
+		d.variants = []string{"as-is", "max-abs", "log1p-l2"}
+		d.ours = []map[string]any{{"normalize": "log1p_l2"}}
 		sets = append(sets, d)
 	}
 	return note, sets, nil
@@ -382,9 +401,19 @@ func sklearnRows(d *labelled, runs []sklearnRun, bucket int) (rows []sklearnRow,
 			curves = append(curves, accuracyCurve("mlstream logreg", preds, d.labels, bucket))
 		}
 	}
-	rate, m := oursEngine(d)
+	rate, m := oursEngine(d, nil)
 	rows = append(rows, sklearnRow{"mlstream logreg job, engine (1 partition, JSON parsed)", "1 event", len(d.labels), rate, m})
 	same = m == rows[len(rows)-2].m
+	// The drift responses (on_drift), on every set: they must help the
+	// drifting stream and leave the others alone.
+	for _, act := range []string{"reset_rates", "reset"} {
+		rate, m := oursEngine(d, map[string]any{"on_drift": act})
+		rows = append(rows, sklearnRow{"mlstream logreg job, engine, on_drift: " + act, "1 event", len(d.labels), rate, m})
+	}
+	for _, params := range d.ours {
+		rate, m := oursEngine(d, params)
+		rows = append(rows, sklearnRow{fmt.Sprintf("mlstream logreg job, engine, %v", params), "1 event", len(d.labels), rate, m})
+	}
 	for _, r := range runs {
 		updates := "1 event"
 		if r.Batch > 1 {
@@ -408,9 +437,10 @@ func sklearnRows(d *labelled, runs []sklearnRun, bucket int) (rows []sklearnRow,
 func sklearnNote(n, one int, same bool, info sklearnInfo, note string) string {
 	return fmt.Sprintf("Progressive validation for every learner: each event (or mini-batch) is first predicted with the current model, then learned; accuracy (p > 0.5), log loss (p clamped to [1e-15, 1-1e-15]) and AUC over the whole run, computed from the predictions by the same code (learners.Progressive). "+
 		"The generated stream is internal/gen (seed 11, true-model drift after %s events), written once as NDJSON; the real sets are benchmarks/data (see its README). "+
-		"**mlstream**: the defaults of a logreg job (FTRL-Proximal, α = 0.3, adaptive per-feature scales, 2^20 hashed weights); in process: one Learner on one core, features hashed before timing, median of %d runs; engine: a 1-partition logreg job fed the NDJSON through Batch in order, 1,000 events a batch (JSON parsing, queue and learning; its own measures, which %s); on the small sets its rate is mostly fixed costs (job start, waiting for the last batch). "+
+		"**mlstream**: the defaults of a logreg job (FTRL-Proximal, α = 0.3, adaptive per-feature scales, 2^20 hashed weights); in process: one Learner on one core, features hashed before timing, median of %d runs; engine: a 1-partition logreg job fed the NDJSON through Batch in order, 1,000 events a batch (JSON parsing, queue and learning; its own measures, which %s); on the small sets its rate is mostly fixed costs (job start, waiting for the last batch); *on_drift: reset_rates / reset*: the same job with that param (the default is none): when a Page-Hinkley detector finds a drift in the log loss, the optimizer's per-weight rates, or the whole model, start over. "+
 		"A fresh model's first events touch its 32 MiB of weights for the first time (page faults): that dominates our rate on a short prefix (a second pass over the same events runs several times faster). "+
 		"**scikit-learn** %s (Debian's python3-sklearn; numpy %s, Python %s): SGDClassifier(loss=\"log_loss\") with default settings except shuffle=False (stream order within a mini-batch) and random_state=0, partial_fit after predict_proba; features vectorised before timing with DictVectorizer (the same names as ours: numbers as is, a string v under name as the column name=v, no hashing collisions). "+
+		"SpamAssassin: the public mail corpus as benchmarks/data/spam_assassin.ndjson holds it (6,046 messages, raw word counts, label 1 = spam; see its README); sklearn runs a third preprocessing there, *log1p-l2* (each count x as log(1+x), each event scaled to unit L2 norm: per event, nothing learned from others), and ours also with normalize log1p_l2. "+
 		"*as-is*: values unscaled as they come (the generated amount goes up to 5,000); *max-abs*: each feature divided by the largest |value| seen so far, this event included (what MaxAbsScaler.partial_fit holds; no later event is looked at): the analogue of our adaptive scales. "+
 		"One event at a time sklearn runs on the first %s events of the generated stream only (it learns ~1,000 events/s), mini-batches on all; \"events/s ÷ ours\" compares with our in-process rate on the same events. sklearn's events/s counts its training loop only (slicing, scaling, predict_proba, partial_fit), not Python's start nor loading.%s",
 		humanize(float64(n/2)), peersReps, map[bool]string{true: "equal those in process: same learner, same order", false: "DIFFER from those in process"}[same], info.Sklearn, info.Numpy, info.Python, humanize(float64(one)), note)

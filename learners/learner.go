@@ -117,7 +117,7 @@ func (l *Learner) Learn(feats []Feature, label bool) float64 {
 	case optAdaGrad:
 		written = l.updateAdaGrad(items, g)
 	case optSGD:
-		t := m.updates.Load() + uint64(l.pending) + 1
+		t := m.updates.Load() - min(m.rateFrom.Load(), m.updates.Load()) + uint64(l.pending) + 1
 		written = l.updateSGD(items, g, m.alpha/math.Sqrt(float64(t)))
 	}
 	if !written {

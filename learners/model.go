@@ -62,6 +62,9 @@ type Model struct {
 	version atomic.Uint64 // syncs applied
 	updates atomic.Uint64 // labelled events merged
 	skipped atomic.Uint64 // updates refused for making the state non-finite
+	// rateFrom is the update count SGD's 1/sqrt(t) schedule counts from
+	// (ResetRates); not persisted.
+	rateFrom atomic.Uint64
 }
 
 // NewModel validates cfg, fills its defaults and returns an empty model.

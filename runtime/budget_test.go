@@ -74,9 +74,10 @@ func TestMemoryEstimateOfDistinctMatchesHeap(t *testing.T) {
 func TestMemoryBudgetRefusesJobs(t *testing.T) {
 	e := testEngine(t, Config{MaxMemory: 100 << 20})
 	spec := func(name string, hashBits int) Spec {
-		return Spec{Name: name, Kind: "logreg", Input: "s", Partitions: 1, QueueSize: 1024, Params: map[string]any{"hash_bits": hashBits}}
+		return Spec{Name: name, Kind: "logreg", Input: "s", Partitions: 1, QueueSize: 1024, Params: map[string]any{"hash_bits": hashBits, "label_pending_bytes": 0}}
 	}
-	// 2^21 slots of 32 bytes: 64 MiB, and a second one does not fit.
+	// 2^21 slots of 32 bytes: 64 MiB (no room for delayed labels), and a
+	// second one does not fit.
 	j := mustPut(t, e, spec("a", 21))
 	if got := j.Status(false).MemoryEstimate; got < 64<<20 || got > 70<<20 {
 		t.Fatalf("memory_estimate_bytes = %d", got)

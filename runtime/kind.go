@@ -202,8 +202,11 @@ type (
 
 // Predicted is one answer of a Predictor.
 type Predicted struct {
-	Key string  `json:"key,omitempty"`
-	P   float64 `json:"p"`
+	Key string `json:"key,omitempty"`
+	// ID is the event's id when the prediction is held for a delayed
+	// label (Holding).
+	ID string  `json:"id,omitempty"`
+	P  float64 `json:"p"`
 }
 
 // Predictor answers predictions for one request; not safe for concurrent

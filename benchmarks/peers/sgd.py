@@ -20,7 +20,10 @@ Runs, each from a fresh model with default settings except shuffle=False
   - "max-abs": each feature divided by the largest |value| seen so far,
     this event included (what MaxAbsScaler.partial_fit would hold), the
     analogue of mlstream's adaptive per-feature scales; no later event is
-    looked at.
+    looked at;
+  - "log1p-l2" (with --variants): each value x becomes log(1 + x) and each
+    event is scaled to unit L2 norm: a per-event transform (nothing is
+    learned from other events), the usual one for word counts.
 each one event at a time on the first N events (--one; 0 = all) and in
 mini-batches of each size in --batches on all events. The time of a run is
 its training loop only: slicing, scaling, predict_proba and partial_fit.
@@ -38,9 +41,19 @@ import time
 
 import numpy as np
 import scipy
+import scipy.sparse
 import sklearn
 from sklearn.feature_extraction import DictVectorizer
 from sklearn.linear_model import SGDClassifier
+
+
+def log1p_l2(X):
+    """log(1 + x) of each value, then each row scaled to unit L2 norm."""
+    X = X.copy()
+    X.data = np.log1p(X.data)
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    norms[norms == 0] = 1
+    return scipy.sparse.diags(1 / norms) @ X
 
 
 def run(X, y, batch, scaled):
@@ -67,6 +80,7 @@ def main():
     ap.add_argument("file")
     ap.add_argument("--one", type=int, default=0, help="events learned one at a time (0 = all)")
     ap.add_argument("--batches", default="100,1000", help="mini-batch sizes, comma-separated")
+    ap.add_argument("--variants", default="as-is,max-abs", help="as-is, max-abs, log1p-l2, comma-separated")
     args = ap.parse_args()
 
     start = time.perf_counter()
@@ -81,9 +95,10 @@ def main():
 
     one = args.one if 0 < args.one < len(events) else len(events)
     runs = [(1, one)] + [(int(b), len(events)) for b in args.batches.split(",") if b]
-    for variant in ("as-is", "max-abs"):
+    for variant in args.variants.split(","):
+        Xv = log1p_l2(X).tocsr() if variant == "log1p-l2" else X
         for batch, n in runs:
-            seconds, p = run(X[:n], y[:n], batch, variant == "max-abs")
+            seconds, p = run(Xv[:n], y[:n], batch, variant == "max-abs")
             print(json.dumps({"variant": variant, "batch": batch, "events": n, "seconds": seconds, "p": p.tolist()}), flush=True)
 
 

@@ -313,6 +313,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.waitFor("the feed connects", `s.conn === "live"`, nil, 15*time.Second)
 	jobs := b.checkJobList(url)
 	b.checkPanelsFill(jobs)
+	b.checkTopFeatures(url)
 	b.checkLayouts()
 	b.checkConsole()
 	b.checkRestartShown(srv, args)
@@ -384,6 +385,58 @@ func (b *browser) checkPanelsFill(jobs []client.JobStatus) {
 		&& s.ftBackups !== "–" && Object.values(s.health).every(h => h === "ok" || h === "warn")
 		&& s0.jobNames.every(j => /^[0-9.,]+ \((auto|fixed)\)$/.test(s.group[j] || "") && num(s.group[j].split(" ")[0]) >= 1)
 		&& s.groupPoints >= s0.groupPoints + 3 && s.consistency === s0.wantConsistency`, s0, 30*time.Second)
+}
+
+// checkTopFeatures checks that the model panel lists the strongest
+// weights by feature name, signed, with names that the API's
+// model?top= gives for the job's strongest weights.
+func (b *browser) checkTopFeatures(url string) {
+	b.t.Helper()
+	const rows = `[...document.querySelectorAll('section.job[data-job="` + demoJob + `"] [data-f="top_features"] tbody tr')]`
+	b.waitFor("the model panel lists top features by name", `(() => { const r = `+rows+`;
+		return r.length > 0 && r.every(x => x.cells[0].textContent.trim() !== "" && /^[+−][0-9]/.test(x.cells[1].textContent.trim())); })()`, nil, 20*time.Second)
+	// The model learns on meanwhile, and names are sampled: early on some
+	// slots have none yet. Poll until most names shown are among the
+	// API's strongest 100.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		names, known := b.topNames(rows, url)
+		found := 0
+		for _, n := range names {
+			if known[n] {
+				found++
+			}
+		}
+		if len(names) >= 3 && found*2 >= len(names) {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.fatalf("the panel shows the names %v; the API's top 100: %v", names, known)
+		}
+		time.Sleep(500 * time.Millisecond) // between polls of a condition with a deadline
+	}
+}
+
+// topNames returns the first name of each row of the top features that
+// has one, and the names of GET .../model?top=100.
+func (b *browser) topNames(rows, url string) (shown []string, known map[string]bool) {
+	v := b.eval("reading the top features", `({names: `+rows+`.map(x => x.cells[0].textContent).filter(t => !t.startsWith("slot ")).map(t => t.split(",")[0].replace(/ \(\d[\d,]*\)$/, "").trim())})`)
+	for _, n := range v["names"].([]any) {
+		shown = append(shown, n.(string))
+	}
+	var top struct {
+		Top []struct {
+			Names []struct{ Name string }
+		}
+	}
+	getJSON(b.t, url+"/v1/jobs/"+demoJob+"/model?top=100", &top)
+	known = map[string]bool{}
+	for _, w := range top.Top {
+		for _, n := range w.Names {
+			known[n.Name] = true
+		}
+	}
+	return shown, known
 }
 
 // checkLayouts checks a phone and a laptop: nothing wider than the screen;
@@ -490,6 +543,7 @@ func (b *browser) checkCoordinationPanels() {
 		const part = i => ({partition: i, queue_depth: 10, processed: 100, drain_rate: 1500.5, held_back: i, group: {...group, size: 4 * (i + 1)}});
 		const probes = [
 			{name: "lr-probe", kind: "logreg", rates: {}, latency: {}, model: {version: 3}, metrics: {},
+				labels: {ttl_ms: 3600000, pending_max_bytes: 8388608, pending: 5, pending_bytes: 2048, held: 12, joined: 6, unknown: 2, expired: 1, evicted: 0, duplicates: 0},
 				group, partitions: [part(0), part(1)], held_back: 1, held_back_total: 12, held_back_ms: 2500,
 				shed: {max_delay: "50ms", drops: "training events (labelled); predictions are always kept", shed: 412, fraction: 0.412},
 				consistency: {model: "ssp", staleness: 3, min_round: 12, max_round: 14, waits: 5, waited_ms: 40}, ft: {}},
@@ -509,6 +563,8 @@ func (b *browser) checkCoordinationPanels() {
 			shed: f("lr-probe", "shed") + " " + f("lr-probe", "shed_frac"), shedNote: f("lr-probe", "shed_note"),
 			heldBack: f("lr-probe", "held_back") + "; " + f("lr-probe", "held_back_total"),
 			consistency: f("lr-probe", "consistency"), consistencyNote: f("lr-probe", "consistency_note"),
+			labels: f("lr-probe", "labels_pending") + " | " + f("lr-probe", "labels_note"),
+			sparseLabels: sec("lr-sparse").querySelector('[data-card="labels"]') === null,
 			hhSize: f("hh-probe", "group_size") + " " + f("hh-probe", "group_mode"), hhState: sec("hh-probe").querySelector('[data-f="group_overhead"]').dataset.state,
 			hhShed: f("hh-probe", "shed_note"), topkNote: f("hh-probe", "topk_note"),
 			sparse: ["group_size", "shed", "consistency", "held_back"].map(k => f("lr-sparse", k)).join(" "),
@@ -521,6 +577,7 @@ func (b *browser) checkCoordinationPanels() {
 		"size": "8 (auto)", "overhead": "25%", "overheadState": "high", "total": "2.0%", "bounds": "[5.0%, 10%]", "parts": "2",
 		"shed": "412 41%", "heldBack": "1; 12 times, 2.5 s in all", "consistency": "ssp ≤ 3",
 		"hhSize": "16 (fixed)", "hhState": "in", "sparse": "– 0 – –", "bare": "– 0 –",
+		"labels": "5 held | delayed labels: 6 of 12 joined; 2 unknown, 1 expired; 2.0 KiB of 8.0 MiB", "sparseLabels": "true",
 	} {
 		if got := fmt.Sprint(probe[k]); got != want {
 			b.fatalf("coordination probe: %s = %q, want %q (all: %v)", k, got, want, probe)

@@ -46,6 +46,14 @@ func memory(spec runtime.Spec, p *runtime.Params, withFT bool) (int64, string, e
 	if err != nil {
 		return 0, "", err
 	}
+	pending, err := p.Bytes("label_pending_bytes", DefaultLabelPendingBytes, 0, maxLabelPendingBytes)
+	if err != nil {
+		return 0, "", err
+	}
+	if withFT {
+		// The committed sets share the entries: a map slot each.
+		pending += pending / 4
+	}
 	slots := int64(1)<<hb + 1
 	model := slots*slotBytes + min(int64(nameSlots), slots)*nameSlotBytes
 	if withFT {
@@ -53,7 +61,10 @@ func memory(spec runtime.Spec, p *runtime.Params, withFT bool) (int64, string, e
 	}
 	delta := 4 * min(slots, deltaSlots) * 32
 	part := partBytes + max(delta-4096*32, 0) + 2*int64(window)*progressiveBytes
-	return model + int64(spec.Partitions)*part, "params.hash_bits", nil
+	if pending > model {
+		return model + int64(spec.Partitions)*part + pending, "params.label_pending_bytes", nil
+	}
+	return model + int64(spec.Partitions)*part + pending, "params.hash_bits", nil
 }
 
 // The kind's Prometheus series, labelled with the job.
@@ -61,6 +72,8 @@ var (
 	versionDesc = prometheus.NewDesc("mlstream_model_version", "Version of the global model (merges applied).", []string{"job"}, nil)
 	skippedDesc = prometheus.NewDesc("mlstream_model_skipped_updates_total", "Updates the model refused because they would have made a weight or an optimizer accumulator infinite or NaN.", []string{"job"}, nil)
 	qualityDesc = prometheus.NewDesc("mlstream_model_metric", "Progressive-validation metrics of the model: metric is accuracy, log_loss, auc, or precision, recall or f1 at the decision threshold 0.5; window is all or recent.", []string{"job", "metric", "window"}, nil)
+	labelsDesc  = prometheus.NewDesc("mlstream_model_delayed_labels_total", "Delayed labels and the predictions held for them: outcome is held (a prediction with an id kept), joined (a label learned from), unknown (a label with no pending prediction), expired (a pending prediction older than label_ttl), evicted (dropped for label_pending_bytes) or duplicate (a held id held again, the older replaced).", []string{"job", "outcome"}, nil)
+	pendingDesc = prometheus.NewDesc("mlstream_model_pending_labels", "Predictions held waiting for their delayed labels: unit is entries or bytes.", []string{"job", "unit"}, nil)
 	driftsDesc  = prometheus.NewDesc("mlstream_model_drifts_total", "Drifts the job's Page-Hinkley detectors found in the per-event log loss (all partitions).", []string{"job"}, nil)
 	calibDesc   = prometheus.NewDesc("mlstream_model_calibration", "Calibration table of the model: for the events predicted in [lo, hi), stat is count, mean_predicted or observed_rate (of positives); window is all or recent.", []string{"job", "window", "lo", "hi", "stat"}, nil)
 )
@@ -71,6 +84,8 @@ func describe(ch chan<- *prometheus.Desc) {
 	ch <- qualityDesc
 	ch <- calibDesc
 	ch <- driftsDesc
+	ch <- labelsDesc
+	ch <- pendingDesc
 }
 
 // Collect sends the model's version, skipped updates and progressive
@@ -80,6 +95,7 @@ func (j *logregJob) Collect(job string, ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, float64(st.Model.Version), job)
 	ch <- prometheus.MustNewConstMetric(skippedDesc, prometheus.CounterValue, float64(st.Model.Skipped), job)
 	ch <- prometheus.MustNewConstMetric(driftsDesc, prometheus.CounterValue, float64(st.Drift.Drifts), job)
+	collectLabels(job, st.Labels, ch)
 	collectMeasures(job, "all", &st.Metrics.All, ch)
 	collectMeasures(job, "recent", &st.Metrics.Recent, ch)
 }
@@ -100,4 +116,15 @@ func collectMeasures(job, win string, m *learners.Measures, ch chan<- prometheus
 		ch <- prometheus.MustNewConstMetric(calibDesc, prometheus.GaugeValue, c.MeanPredicted, job, win, lo, hi, "mean_predicted")
 		ch <- prometheus.MustNewConstMetric(calibDesc, prometheus.GaugeValue, c.ObservedRate, job, win, lo, hi, "observed_rate")
 	}
+}
+
+func collectLabels(job string, l *LabelStatus, ch chan<- prometheus.Metric) {
+	for _, o := range []struct {
+		name string
+		n    int64
+	}{{"held", l.Held}, {"joined", l.Joined}, {"unknown", l.Unknown}, {"expired", l.Expired}, {"evicted", l.Evicted}, {"duplicate", l.Duplicates}} {
+		ch <- prometheus.MustNewConstMetric(labelsDesc, prometheus.CounterValue, float64(o.n), job, o.name)
+	}
+	ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(l.Pending), job, "entries")
+	ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(l.PendingBytes), job, "bytes")
 }

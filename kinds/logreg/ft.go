@@ -38,7 +38,7 @@ func (j *logregJob) StateDivergence() float64 {
 	if j.merge.tracker == nil {
 		return 0
 	}
-	return j.merge.tracker.Divergence()
+	return j.merge.tracker.Divergence() + j.pendingDivergence()
 }
 
 // LiveDivergence is StateDivergence for readers outside the merge step.
@@ -64,11 +64,13 @@ func (j *logregJob) Recovered(seqs []uint64) {
 	if j.merge.tracker != nil {
 		j.merge.tracker.Reset()
 	}
+	j.restorePending()
 }
 
 // BackupState writes: a partition count (uint32), then per partition its
 // progressive metrics (uint32 length + bytes), then the model snapshot:
-// full, or the slots changed since the last backup. Deltas carry no
+// full, or the slots changed since the last backup, then the pending
+// predictions of delayed labels (labels_ft.go). Deltas carry no
 // metrics (count 0): they are a few hundred kilobytes that do not bound
 // any error, and the next full backup brings them up to date.
 func (j *logregJob) BackupState(w io.Writer, full bool) error {
@@ -103,10 +105,12 @@ func (j *logregJob) BackupState(w io.Writer, full bool) error {
 		// Slots not merged into since the last backup still have the
 		// weight recorded then: restarting from the dirty ones is enough.
 		j.merge.tracker.BackedUp()
-		return nil
+		return j.backupPending(w, true)
 	}
-	_, err := j.model.WriteDelta(w, j.merge.tracker.BackedUp())
-	return err
+	if _, err := j.model.WriteDelta(w, j.merge.tracker.BackedUp()); err != nil {
+		return err
+	}
+	return j.backupPending(w, false)
 }
 
 // RecoverState applies one backup written by BackupState.
@@ -138,6 +142,9 @@ func (j *logregJob) RecoverState(r io.Reader) error {
 		}
 	}
 	if _, err := j.model.ReadFrom(r); err != nil {
+		return err
+	}
+	if err := j.recoverPending(r); err != nil {
 		return err
 	}
 	for i, p := range j.parts[:n] {

@@ -27,8 +27,8 @@ func kind() runtime.Kind {
 		Name: Name, New: newLogregJob, Memory: memory,
 		Divergence: 10, // Euclidean distance of the weights; AF-Stream's setting for its logistic regression
 		Shed: &runtime.ShedPolicy{
-			Drops:     "training events (labelled); predictions are always kept",
-			Sheddable: func(r *runtime.Record) bool { return r.Label >= 0 },
+			Drops:     "training events (labelled); predictions and delayed labels are always kept",
+			Sheddable: func(r *runtime.Record) bool { return r.Label >= 0 && r.Side == 0 },
 		},
 		Consistent: true,
 		Messages:   []string{TypePrediction, TypeDrift},
@@ -79,6 +79,13 @@ type logregJob struct {
 	drifts drifts
 	// share is on in cluster mode: merges send deltas (share.go).
 	share jobShare
+	// labels are the delayed-label params (labels.go), nparts the
+	// partitions the spec asks for.
+	labels labelParams
+	nparts int
+	// committed are the partitions' pending sets as of their last merge,
+	// for backups (labels_ft.go); under merge.
+	committed []*committedPending
 
 	mu struct {
 		sync.Mutex
@@ -131,6 +138,10 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 	if err != nil {
 		return nil, err
 	}
+	labels, err := readLabelParams(p)
+	if err != nil {
+		return nil, err
+	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		if pe, ok := err.(*learners.ParamError); ok {
@@ -144,12 +155,14 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 	}
 	staleness := map[string]int{runtime.ConsistencyAsync: math.MaxInt32, runtime.ConsistencyBSP: 0, runtime.ConsistencySSP: spec.Sync.Staleness}[spec.Sync.Consistency]
 	j := &logregJob{name: spec.Name, fields: fields, model: model, window: cfg.Window, names: newNameDict(nameSlots),
-		consistency: spec.Sync.Consistency, clock: runtime.NewSyncClock(spec.Partitions, staleness)}
+		consistency: spec.Sync.Consistency, clock: runtime.NewSyncClock(spec.Partitions, staleness),
+		labels: labels, nparts: spec.Partitions}
 	j.drifts.onDrift = onDrift
 	return j, nil
 }
 
-// Extract reads the key, event time, label and features.
+// Extract reads the key, event time, label, features and, of an
+// unlabelled event, the id that holds its prediction for a delayed label.
 func (j *logregJob) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.Arena, now int64) error {
 	var err error
 	if rec.Key, err = runtime.ExtractKey(v, j.fields.Key, a); err != nil {
@@ -161,6 +174,13 @@ func (j *logregJob) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.A
 	if rec.Label, err = runtime.ExtractLabel(v, j.fields.Label); err != nil {
 		return err
 	}
+	id, err := extractID(v, j.labels.idField, a)
+	if err != nil {
+		return err
+	}
+	if id != "" && rec.Label < 0 {
+		holdID(rec, id, a)
+	}
 	rec.Features, err = a.Features(v, j.fields.Features)
 	if err == nil && j.names.sample() {
 		j.names.observe(v.Get(j.fields.Features), rec.Features, j.model)
@@ -170,13 +190,14 @@ func (j *logregJob) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.A
 
 func (j *logregJob) NewPartition(index int, out runtime.Emitter) runtime.Operator {
 	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window),
-		drift: learners.NewPageHinkley(), limit: math.MaxInt}
+		drift: learners.NewPageHinkley(), limit: math.MaxInt, pend: j.newPending()}
 	p.pub.snap = p.prog.Clone()
 	if j.sharing() {
 		p.learner.SetShared()
 	}
 	j.parts = append(j.parts, p)
 	j.merge.lastSeqs = append(j.merge.lastSeqs, 0)
+	j.committed = append(j.committed, newCommittedPending())
 	return p
 }
 
@@ -197,6 +218,7 @@ type Status struct {
 	Model       *learners.Snapshot         `json:"model,omitempty"`
 	Metrics     *learners.Metrics          `json:"metrics,omitempty"`
 	Drift       *DriftStatus               `json:"drift,omitempty"`
+	Labels      *LabelStatus               `json:"labels,omitempty"`
 	// Deltas is there in cluster mode (share.go).
 	Deltas *DeltaStatus `json:"deltas,omitempty"`
 }
@@ -220,7 +242,7 @@ func (j *logregJob) Status(detail bool) any {
 	snap.Version = j.model.Version()
 	m := j.metrics()
 	st := &Status{Model: &snap, Metrics: &m, Consistency: j.clock.Status(j.consistency), Drift: j.drifts.status(),
-		Deltas: j.deltaStatus()}
+		Deltas: j.deltaStatus(), Labels: j.labelStatus()}
 	if j.consistency != runtime.ConsistencySSP {
 		st.Consistency.Staleness = 0
 	}
@@ -230,18 +252,20 @@ func (j *logregJob) Status(detail bool) any {
 // logregPart is one partition's learner: progressive validation (predict,
 // then learn) on labelled events, prediction only on the others.
 type logregPart struct {
-	job      *logregJob
-	index    int
-	out      runtime.Emitter
-	learner  *learners.Learner
-	prog     *learners.Progressive
-	drift    *learners.PageHinkley // on the log loss of prog's events
-	msg      []byte
-	lastSeq  uint64       // of the last record processed
-	limit    int          // merge after this many labelled events within a group: γ (fault tolerance)
-	unacked  atomic.Int64 // learned, not yet merged: published for status
-	unlogged int          // learned since the last merge and not in the item log
-	active   bool         // has work, for the clock
+	job     *logregJob
+	index   int
+	out     runtime.Emitter
+	learner *learners.Learner
+	prog    *learners.Progressive
+	drift   *learners.PageHinkley // on the log loss of prog's events
+	// driftEpoch is the job's drift-action count the detector started at.
+	driftEpoch uint64
+	msg        []byte
+	lastSeq    uint64       // of the last record processed
+	limit      int          // merge after this many labelled events within a group: γ (fault tolerance)
+	unacked    atomic.Int64 // learned, not yet merged: published for status
+	unlogged   int          // learned since the last merge and not in the item log
+	active     bool         // has work, for the clock
 
 	// pub is the copy of prog that readers see, refreshed every
 	// publishEvery and whenever the partition goes idle.
@@ -254,6 +278,8 @@ type logregPart struct {
 	}
 	pubAt time.Time
 	share partShare
+	// pend are the predictions waiting for delayed labels (labels.go).
+	pend *pendingSet
 }
 
 const publishEvery = 100 * time.Millisecond
@@ -270,6 +296,10 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 	}
 	wants := p.out.Wants(TypePrediction)
 	model := p.job.model
+	// Backups need the held sets as of each merge, other nodes their
+	// changes (labels_ft.go).
+	p.pend.journaled = p.job.ft != nil || p.job.sharing()
+	p.restartDetector()
 	for i := range recs {
 		r := &recs[i]
 		if p.share.gapUpTo != 0 && !p.replayed(r.Seq) {
@@ -281,22 +311,24 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 			// The next event's cache misses overlap this one's arithmetic.
 			p.learner.Prefetch(recs[i+1].Features)
 		}
-		if r.Label >= 0 {
-			p.landed()
-			prob = p.learner.Learn(r.Features, r.Label == 1)
-			p.prog.Observe(prob, r.Label == 1)
-			p.observeDrift(r)
+		if r.Side != 0 {
+			// A held prediction or a delayed label: no event of its own.
+			p.processDelayed(r, math.NaN())
 			if !logged {
 				p.unlogged++
 			}
-			if int64(len(r.Features)) > p.job.maxFeats.Load() {
-				p.job.maxFeats.Store(int64(len(r.Features)))
-			}
-			if p.learner.Pending() >= p.limit {
-				p.merge()
+			continue
+		}
+		if r.Label >= 0 {
+			prob = p.learn(r, r.Features, r.Label == 1, math.NaN())
+			if !logged {
+				p.unlogged++
 			}
 		} else {
 			prob = model.Predict(r.Features)
+			if len(r.Values) > 0 {
+				p.processDelayed(r, prob)
+			}
 		}
 		if wants {
 			p.msg = AppendPrediction(p.msg[:0], p.out.Job(), r, prob, model.Version())
@@ -304,9 +336,31 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 		}
 	}
 	p.unacked.Store(int64(p.learner.Pending()))
+	p.pend.publish()
 	if now := time.Now(); now.Sub(p.pubAt) >= publishEvery {
 		p.publish(now)
 	}
+}
+
+// learn learns one labelled event of features feats (r's, or those a
+// delayed label joined) and scores served, the probability that was
+// served for it, or the learner's own prediction when served is NaN; it
+// returns the probability scored.
+func (p *logregPart) learn(r *runtime.Record, feats []learners.Feature, label bool, served float64) float64 {
+	p.landed()
+	prob := p.learner.Learn(feats, label)
+	if served == served {
+		prob = served
+	}
+	p.prog.Observe(prob, label)
+	p.observeDrift(r)
+	if int64(len(feats)) > p.job.maxFeats.Load() {
+		p.job.maxFeats.Store(int64(len(feats)))
+	}
+	if p.learner.Pending() >= p.limit {
+		p.merge()
+	}
+	return prob
 }
 
 // Coordinate merges at the end of a group of batches, then waits for the
@@ -368,6 +422,7 @@ func (p *logregPart) mergeLocal() {
 		p.learner.Sync()
 	}
 	j.merge.lastSeqs[p.index] = p.lastSeq
+	p.commitPending()
 	j.merge.learned += int64(n)
 	if j.ft != nil {
 		j.ft.Unit(0).Merged(n, p.unlogged, j.merge.learned)
@@ -393,6 +448,7 @@ type predictor struct {
 	j     *logregJob
 	arena runtime.Arena
 	rec   runtime.Record
+	last  float64 // the last probability served, for Held
 }
 
 // NewPredictor makes a predictor for one request (runtime.Predicting).
@@ -406,12 +462,18 @@ func (p *predictor) Predict(v *fastjson.Value, line int) (runtime.Predicted, err
 	}
 	// Keys handed out stay in the arena; features are not kept.
 	p.arena.ResetFeatures()
-	if err := p.j.Extract(v, &p.rec, &p.arena, 0); err != nil {
+	p.rec = runtime.Record{}
+	if err := p.j.Extract(v, &p.rec, &p.arena, time.Now().UnixMilli()); err != nil {
 		return runtime.Predicted{}, runtime.AtLine(err, line)
 	}
 	p.j.swap.RLock()
 	defer p.j.swap.RUnlock()
-	return runtime.Predicted{Key: p.rec.Key, P: p.j.model.Predict(p.rec.Features)}, nil
+	p.last = p.j.model.Predict(p.rec.Features)
+	out := runtime.Predicted{Key: messageKey(&p.rec), P: p.last}
+	if len(p.rec.Values) > 0 {
+		out.ID = p.rec.Values[0]
+	}
+	return out, nil
 }
 
 // Version is the global model's current version.

@@ -16,7 +16,9 @@ const TypePrediction = "prediction"
 // version when the partition predicted.
 type Prediction struct {
 	runtime.Envelope
-	Key          string  `json:"key"`
+	Key string `json:"key"`
+	// ID is there when the event is held for a delayed label.
+	ID           string  `json:"id,omitempty"`
 	P            float64 `json:"p"`
 	Label        *int    `json:"label,omitempty"`
 	ModelVersion uint64  `json:"model_version"`
@@ -28,7 +30,11 @@ type Prediction struct {
 func AppendPrediction(b []byte, job string, r *runtime.Record, p float64, version uint64) []byte {
 	b = runtime.AppendEnvelope(b, TypePrediction, job, r.TS)
 	b = append(b, `,"key":`...)
-	b = runtime.AppendJSONString(b, r.Key)
+	b = runtime.AppendJSONString(b, messageKey(r))
+	if len(r.Values) > 0 {
+		b = append(b, `,"id":`...)
+		b = runtime.AppendJSONString(b, r.Values[0])
+	}
 	b = append(b, `,"p":`...)
 	b = strconv.AppendFloat(b, p, 'g', 6, 64)
 	if r.Label >= 0 {

@@ -33,10 +33,14 @@ import (
 //
 // A delta, little-endian:
 //
-//	byte     format (deltaFormat)
+//	byte     format (deltaFormat, or deltaFormatExtra)
 //	uvarint  partition
 //	uvarint  lastSeq: sequence number of the last event the delta holds
 //	uvarint  labelled events learned (the model's update count grows by it)
+//	         format deltaFormatExtra only:
+//	uvarint  a drift action (drift.go), applied after the delta's slots; 0 none
+//	uvarint  length of the changes of the partition's held predictions
+//	         (labels_ft.go: counts and changes), 0 if none, then that many bytes
 //	uvarint  length of the partition's progressive metrics, 0 if none,
 //	         then that many bytes (learners.Progressive.MarshalBinary)
 //	the slot section (learners.Learner.AppendDelta)
@@ -51,7 +55,14 @@ var (
 )
 
 // deltaFormat is the leading byte of a delta: its format's version.
-const deltaFormat = 1
+// deltaFormatExtra is a delta that also carries a drift action or
+// changes of the partition's held predictions (delayed labels): every
+// node keeps each partition's held set as of its last delta, so that a
+// node taking the partition over has it.
+const (
+	deltaFormat      = 1
+	deltaFormatExtra = 2
+)
 
 // metricsEvery is how often at most a partition's deltas carry its
 // progressive metrics (tens of kilobytes each).
@@ -92,6 +103,12 @@ type partShare struct {
 	// none. Meanwhile the partition drops its events: a delta of later
 	// ones would claim, by its lastSeq, the lost ones too.
 	gapUpTo uint64
+	// action is a drift action (drift.go) for the next delta to carry;
+	// 0: none.
+	action uint64
+	// sentCounts are the held predictions' counts the last delta sent;
+	// encCounts those of the delta being sent.
+	sentCounts, encCounts labelCounts
 }
 
 // ShareDeltas switches the job to shared deltas (runtime.Sharing); called
@@ -129,7 +146,7 @@ func (p *logregPart) sendDelta(now time.Time, force bool) {
 		return
 	}
 	metrics := p.metricsDue(now, force)
-	if p.learner.Pending() == 0 && p.learner.Touched() == 0 && p.share.sentSeq == p.lastSeq && metrics == nil {
+	if p.learner.Pending() == 0 && p.learner.Touched() == 0 && p.share.sentSeq == p.lastSeq && metrics == nil && p.share.action == 0 && !p.heldChanged() {
 		return
 	}
 	delta := p.encodeDelta(metrics)
@@ -145,6 +162,8 @@ func (p *logregPart) sendDelta(now time.Time, force bool) {
 
 func (p *logregPart) deltaSent(now time.Time, withMetrics bool) {
 	p.job.share.sent.Add(1)
+	p.share.action = 0
+	p.share.sentCounts = p.share.encCounts
 	p.share.sentSeq, p.share.sentAt = p.lastSeq, now
 	p.share.sentMark.Store(p.lastSeq + 1)
 	if withMetrics {
@@ -162,6 +181,12 @@ func (p *logregPart) sendFailed(now time.Time, withMetrics bool) {
 	}
 	p.lastSeq = p.share.sentSeq
 	p.learner.ClearInFlight()
+	// The held predictions go back to the last delta applied: the events
+	// that changed them since come again.
+	p.job.merge.Lock()
+	p.job.restorePart(p.index)
+	p.share.sentCounts = p.job.committed[p.index].counts
+	p.job.merge.Unlock()
 	if withMetrics {
 		p.share.metricsAt = now
 	}
@@ -234,6 +259,12 @@ func (p *logregPart) encodeDelta(metrics []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(p.index))
 	b = binary.AppendUvarint(b, p.lastSeq)
 	b = binary.AppendUvarint(b, uint64(p.learner.Pending()))
+	if held := p.heldChanges(); p.share.action != 0 || held != nil {
+		b[0] = deltaFormatExtra
+		b = binary.AppendUvarint(b, p.share.action)
+		b = binary.AppendUvarint(b, uint64(len(held)))
+		b = append(b, held...)
+	}
 	b = binary.AppendUvarint(b, uint64(len(metrics)))
 	b = append(b, metrics...)
 	b, _ = p.learner.AppendDelta(b)
@@ -245,41 +276,82 @@ type deltaHeader struct {
 	partition int
 	lastSeq   uint64
 	labelled  uint64
+	action    uint64                // a drift action, 0 if none
+	held      *heldChanges          // nil if none
 	metrics   *learners.Progressive // nil if none
 	slots     []byte
 }
 
-// readDeltaHeader decodes and checks a delta's header and metrics.
+// readDeltaHeader decodes and checks a delta's header, held predictions
+// and metrics.
 func (j *logregJob) readDeltaHeader(delta []byte) (h deltaHeader, err error) {
-	if len(delta) == 0 || delta[0] != deltaFormat {
-		return h, fmt.Errorf("%w: not format %d", errBadDelta, deltaFormat)
+	if len(delta) == 0 || delta[0] != deltaFormat && delta[0] != deltaFormatExtra {
+		return h, fmt.Errorf("%w: not format %d or %d", errBadDelta, deltaFormat, deltaFormatExtra)
 	}
-	var fields [4]uint64
-	rest := delta[1:]
-	for i := range fields {
-		v, k := binary.Uvarint(rest)
-		if k <= 0 {
-			return h, fmt.Errorf("%w: truncated header", errBadDelta)
-		}
-		fields[i], rest = v, rest[k:]
+	r := deltaReader{rest: delta[1:]}
+	part, lastSeq, labelled := r.uvarint(), r.uvarint(), r.uvarint()
+	var held []byte
+	if delta[0] == deltaFormatExtra {
+		h.action = r.uvarint()
+		held = r.bytes(r.uvarint())
 	}
-	part, lastSeq, labelled, metricsLen := fields[0], fields[1], fields[2], fields[3]
+	metrics := r.bytes(r.uvarint())
 	switch {
+	case r.err != nil:
+		return h, r.err
+	case h.action > actionReset:
+		return h, fmt.Errorf("%w: drift action %d", errBadDelta, h.action)
 	case part >= uint64(len(j.parts)):
 		return h, fmt.Errorf("%w: partition %d of a job of %d", errBadDelta, part, len(j.parts))
 	case labelled > maxDeltaEvents:
 		return h, fmt.Errorf("%w: %d events", errBadDelta, labelled)
-	case metricsLen > uint64(len(rest)):
-		return h, fmt.Errorf("%w: metrics of %d bytes in %d", errBadDelta, metricsLen, len(rest))
 	}
-	h = deltaHeader{partition: int(part), lastSeq: lastSeq, labelled: labelled, slots: rest[metricsLen:]}
-	if metricsLen > 0 {
+	h.partition, h.lastSeq, h.labelled, h.slots = int(part), lastSeq, labelled, r.rest
+	if len(held) > 0 {
+		if h.held, err = readHeldChanges(held); err != nil {
+			return h, fmt.Errorf("%w: %w", errBadDelta, err)
+		}
+	}
+	if len(metrics) > 0 {
 		h.metrics = learners.NewProgressive(j.window)
-		if err := h.metrics.UnmarshalBinary(rest[:metricsLen]); err != nil {
+		if err := h.metrics.UnmarshalBinary(metrics); err != nil {
 			return h, fmt.Errorf("%w: %w", errBadDelta, err)
 		}
 	}
 	return h, nil
+}
+
+// deltaReader reads a delta's header fields; the first error sticks.
+type deltaReader struct {
+	rest []byte
+	err  error
+}
+
+func (r *deltaReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, k := binary.Uvarint(r.rest)
+	if k <= 0 {
+		r.err = fmt.Errorf("%w: truncated header", errBadDelta)
+		return 0
+	}
+	r.rest = r.rest[k:]
+	return v
+}
+
+// bytes takes the next n bytes.
+func (r *deltaReader) bytes(n uint64) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.rest)) {
+		r.err = fmt.Errorf("%w: a section of %d bytes in %d", errBadDelta, n, len(r.rest))
+		return nil
+	}
+	b := r.rest[:n]
+	r.rest = r.rest[n:]
+	return b
 }
 
 // ApplyDelta folds one delta into the global model (runtime.Sharing):
@@ -314,6 +386,10 @@ func (j *logregJob) applyDelta(h deltaHeader, version uint64) error {
 	}
 	j.merge.lastSeqs[h.partition] = h.lastSeq
 	j.merge.learned += int64(h.labelled)
+	if h.held != nil {
+		j.committed[h.partition].apply(h.held.counts, h.held.ops, false, j.ft != nil)
+	}
+	j.act(h.action)
 	j.parts[h.partition].share.appliedMark.Store(h.lastSeq + 1)
 	if h.metrics != nil {
 		j.parts[h.partition].installMetrics(h.metrics, h.lastSeq)
@@ -379,6 +455,12 @@ func (j *logregJob) ResetPartition(i int, lastSeq uint64) {
 	p.learner.ClearInFlight()
 	p.lastSeq = lastSeq
 	p.share.sentSeq, p.share.gapUpTo = lastSeq, 0
+	// The held predictions as of lastSeq: those the deltas applied here
+	// carried.
+	j.merge.Lock()
+	j.restorePart(i)
+	p.share.sentCounts = j.committed[i].counts
+	j.merge.Unlock()
 	p.share.sentMark.Store(0)
 	p.unlogged = 0
 	p.unacked.Store(0)

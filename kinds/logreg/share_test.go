@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -194,6 +195,26 @@ func ingest(t *testing.T, e *runtime.Engine, lines []string) {
 	}
 }
 
+// feed is the events for one engine.
+type feed struct {
+	e     *runtime.Engine
+	lines []string
+}
+
+// ingestAll feeds every engine its events, at the same time.
+func ingestAll(t *testing.T, feeds ...feed) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, f := range feeds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ingest(t, f.e, f.lines)
+		}()
+	}
+	wg.Wait()
+}
+
 // waitFor polls cond until it holds or 60 s passed.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -277,18 +298,7 @@ func TestTwoNodesShareOneModel(t *testing.T) {
 	ea, a := node(t, c, testSpec(4), runtime.Config{})
 	eb, b := node(t, c, testSpec(4), runtime.Config{})
 	eo, o := node(t, nil, testSpec(1), runtime.Config{})
-	var wg sync.WaitGroup
-	for _, f := range []struct {
-		e     *runtime.Engine
-		lines []string
-	}{{ea, toA}, {eb, toB}, {eo, lines}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ingest(t, f.e, f.lines)
-		}()
-	}
-	wg.Wait()
+	ingestAll(t, feed{ea, toA}, feed{eb, toB}, feed{eo, lines})
 	waitFor(t, "every event learned and applied on both nodes", func() bool {
 		return a.model.Updates() == train && b.model.Updates() == train && o.model.Updates() == train
 	})
@@ -386,6 +396,48 @@ func TestReplayEndsTheGap(t *testing.T) {
 }
 
 // craft encodes a delta from its parts.
+// craftExtra is a delta of format deltaFormatExtra.
+func craftExtra(part, lastSeq, labelled, action uint64, held, metrics, slots []byte) []byte {
+	b := []byte{deltaFormatExtra}
+	for _, v := range []uint64{part, lastSeq, labelled, action, uint64(len(held))} {
+		b = binary.AppendUvarint(b, v)
+	}
+	b = binary.AppendUvarint(append(b, held...), uint64(len(metrics)))
+	return append(append(b, metrics...), slots...)
+}
+
+// heldSection is the changes of a held set: one prediction added.
+func heldSection() []byte {
+	e := &pendingEntry{id: "a", ts: 1, prob: 0.25, feats: []learners.Feature{{Hash: 3, Value: 1}}}
+	return appendChanges(nil, &labelCounts{Held: 1}, []pendingOp{{add: e}})
+}
+
+// A delta's held section is applied to every node's copy of the
+// partition's set; a damaged one is refused with the delta.
+func TestDeltaHeldSection(t *testing.T) {
+	spec := testSpec(2)
+	spec.Params = map[string]any{"hash_bits": 6}
+	_, j := node(t, newTestCluster(t), spec, runtime.Config{})
+	held := heldSection()
+	for cut := 1; cut < len(held); cut++ {
+		if err := j.ApplyDelta(craftExtra(1, 1, 0, 0, held[:cut], nil, []byte{0}), 1); err == nil {
+			t.Fatalf("a held section cut at %d of %d bytes was applied", cut, len(held))
+		}
+	}
+	if err := j.ApplyDelta(craftExtra(1, 2, 0, 9, held, nil, []byte{0}), 1); err == nil {
+		t.Fatal("drift action 9 was applied")
+	}
+	if st := j.labelStatus(); st.Pending != 0 || st.Held != 0 {
+		t.Fatalf("refused deltas changed the held set: %+v", st)
+	}
+	if err := j.ApplyDelta(craftExtra(1, 3, 0, 0, held, nil, []byte{0}), 1); err != nil {
+		t.Fatal(err)
+	}
+	if st := j.labelStatus(); st.Pending != 1 || st.Held != 1 {
+		t.Fatalf("after the delta: %+v", st)
+	}
+}
+
 func craft(part, lastSeq, labelled uint64, metrics, slots []byte) []byte {
 	b := []byte{deltaFormat}
 	for _, v := range []uint64{part, lastSeq, labelled, uint64(len(metrics))} {
@@ -564,6 +616,7 @@ func FuzzLogregApplyDelta(f *testing.F) {
 	f.Add(good)
 	f.Add(craft(0, 3, 2, metrics, h.slots))
 	f.Add(craft(1, 1, 1, nil, []byte{0}))
+	f.Add(craftExtra(1, 4, 0, actionResetRates, heldSection(), metrics, h.slots))
 	var version uint64
 	f.Fuzz(func(t *testing.T, data []byte) {
 		version++
@@ -603,4 +656,96 @@ func TestMetricsFollowThePartition(t *testing.T) {
 	waitFor(t, "both nodes to show the metrics of all 2500 events", func() bool {
 		return count(eb) == 2500 && count(ea) == 2500
 	})
+}
+
+// A drift action of on_drift rides on the finding partition's delta: both
+// nodes apply it at the same place of the order, and their models stay
+// equal bit for bit.
+func TestTwoNodesActOnDriftTogether(t *testing.T) {
+	const train, driftAfter = 32_000, 16_000
+	lines, keys := events(gen.New(gen.Config{Seed: 5, DriftAfter: driftAfter}), train)
+	var toA, toB []string
+	for i, l := range lines {
+		if learners.HashName(keys[i])%2 == 0 {
+			toA = append(toA, l)
+		} else {
+			toB = append(toB, l)
+		}
+	}
+	spec := testSpec(2)
+	spec.Params["on_drift"] = "reset"
+	c := newTestCluster(t)
+	ea, a := node(t, c, spec, runtime.Config{})
+	eb, b := node(t, c, spec, runtime.Config{})
+	ingestAll(t, feed{ea, toA}, feed{eb, toB})
+	waitFor(t, "every event learned and applied on both nodes", func() bool {
+		return a.model.Updates() == train && b.model.Updates() == train &&
+			a.drifts.resets.Load() == a.drifts.count.Load()+b.drifts.count.Load() && a.drifts.resets.Load() == b.drifts.resets.Load()
+	})
+	c.applyMu.Lock()
+	sa, sb := snapshot(t, a.model), snapshot(t, b.model)
+	c.applyMu.Unlock()
+	if !bytes.Equal(sa, sb) {
+		t.Fatal("models differ after a drift action")
+	}
+	if a.drifts.resets.Load() == 0 {
+		t.Fatalf("no drift acted on: %d and %d drifts found", a.drifts.count.Load(), b.drifts.count.Load())
+	}
+}
+
+// Held predictions travel with the deltas: a node that takes a partition
+// over holds what its previous owner held, and the labels sent to it
+// join them.
+func TestHeldPredictionsMoveWithThePartition(t *testing.T) {
+	const n = 200
+	var held, labels []string
+	for i := range n {
+		held = append(held, fmt.Sprintf(`{"id":"e%d","features":{"x%d":1,"bias":1}}`, i, i%2))
+		labels = append(labels, fmt.Sprintf(`{"id":"e%d","label":%d}`, i, 1-i%2))
+	}
+	c := newTestCluster(t)
+	ea, a := node(t, c, testSpec(2), runtime.Config{})
+	eb, b := node(t, c, testSpec(2), runtime.Config{})
+	ingest(t, ea, held)
+	waitFor(t, "node B to hold every prediction as the deltas carry them", func() bool {
+		st := b.labelStatus()
+		return st.Pending == n && st.Held == n
+	})
+	// B takes both partitions over at the state it has.
+	job, err := eb.Job("ctr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		b.merge.Lock()
+		last := b.merge.lastSeqs[i]
+		b.merge.Unlock()
+		if err := job.Do(t.Context(), i, func() { job.ResetPartition(i, last) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lb, err := eb.NewJobBatch("ctr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p fastjson.Parser
+	for i, l := range labels {
+		v, err := p.Parse(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lb.AddLabel(v, i+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := lb.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the labels to join on B and the model to learn on both nodes", func() bool {
+		st := b.labelStatus()
+		return st.Joined == n && st.Pending == 0 && a.model.Updates() == n && b.model.Updates() == n
+	})
+	if st := b.labelStatus(); st.Unknown != 0 || st.Expired != 0 {
+		t.Fatalf("%+v", st)
+	}
 }

@@ -22,6 +22,8 @@ const SILENCE = 10000;      // ms without a message before the feed is deemed de
 const KEEP = 20;            // recoveries listed per job
 const BACKUPS = 5;          // last backups listed per job
 const TOKEN_KEY = "mlstream.token"; // localStorage key of the read token
+const TOP_FEATURES = 10;    // rows of a model's top features
+const TOP_EVERY = 5000;     // ms between fetches of a model's top features, at least
 
 // The feed's state.
 let connected = false;   // the feed is open
@@ -500,6 +502,8 @@ class JobView {
     set(e, "auc_recent", fmt(rec.auc));
     set(e, "labelled", int(all.count));
     this.decisions(e, all, rec, s.drift);
+    this.delayedLabels(e, s.labels);
+    this.topFeatures(e, m.version);
     const c = s.consistency && typeof s.consistency === "object" ? s.consistency : null;
     $(e, '[data-card="consistency"]').hidden = !c;
     if (c) {
@@ -544,6 +548,64 @@ class JobView {
     set(e, "prf_all", prf(all));
     set(e, "drifts", drift && isNum(drift.drifts) ? int(drift.drifts) : "–");
     this.calibration(e, rec);
+  }
+
+  // delayedLabels shows the predictions held for delayed labels and how
+  // labels fared, once the job has held any: a card beside the others.
+  delayedLabels(e, l) {
+    let card = $(e, '[data-card="labels"]');
+    if (!l || !(l.held > 0)) {
+      if (card) card.hidden = true;
+      return;
+    }
+    if (!card) {
+      card = el("div", "card wide");
+      card.dataset.card = "labels";
+      const b = el("b", "", "–"), note = el("span", "", "");
+      b.dataset.f = "labels_pending";
+      note.dataset.f = "labels_note";
+      card.append(b, note);
+      const before = $(e, '[data-card="consistency"]');
+      before.parentNode.insertBefore(card, before);
+    }
+    card.hidden = false;
+    set(e, "labels_pending", `${int(l.pending)} held`);
+    const lost = ["unknown", "expired", "evicted", "duplicates"].filter(k => l[k] > 0).map(k => `${int(l[k])} ${k}`);
+    set(e, "labels_note", `delayed labels: ${int(l.joined)} of ${int(l.held)} joined` + (lost.length ? "; " + lost.join(", ") : "") +
+      (isNum(l.pending_bytes) && isNum(l.pending_max_bytes) ? `; ${bytes(l.pending_bytes)} of ${bytes(l.pending_max_bytes)}` : ""));
+  }
+
+  // topFeatures lists the strongest weights by feature name (the model
+  // query with ?top=), fetched again when the model's version changed and
+  // TOP_EVERY passed: a query scans every weight.
+  topFeatures(e, version) {
+    const now = Date.now();
+    // Only for jobs the service lists (polledAt): statuses alone may name
+    // a job that has no query.
+    if (!this.polledAt || this.topBusy || version === this.topVersion || now - (this.topAt || 0) < TOP_EVERY) return;
+    this.topBusy = true;
+    this.topAt = now;
+    apiFetch("/v1/jobs/" + encodeURIComponent(this.name) + "/model?top=" + TOP_FEATURES)
+      .then(r => r.ok ? r.json() : null)
+      .then(v => {
+        if (!v || !Array.isArray(v.top)) return;
+        this.topVersion = version;
+        const b = $(e, '[data-f="top_features"]');
+        b.hidden = false;
+        const big = Math.max(1e-12, ...v.top.map(w => Math.abs(w.weight)));
+        fill($(b, "tbody"), v.top.map(w => {
+          const names = (w.names || []).map(n => n.name + (isNum(n.count) && n.count > 0 ? ` (${int(n.count)})` : "")).join(", ");
+          const bar = ratio(Math.abs(w.weight), big);
+          bar.firstChild.textContent = (w.weight < 0 ? "−" : "+") + fmt(Math.abs(w.weight), 3);
+          bar.lastChild.classList.remove("hot");
+          bar.classList.add(w.weight < 0 ? "neg" : "pos");
+          return row([names || `slot ${w.slot} (no name seen)`, bar, w.collision ? "collision" : ""], ["", "num", ""]);
+        }));
+        set(b, "top_note", `model version ${int(v.version)}; names sampled 1 event in ${int(v.names_sampled_every)}` +
+          (v.untracked_names > 0 ? `; ${int(v.untracked_names)} names not recorded (names_slots full)` : ""));
+      })
+      .catch(() => {})
+      .finally(() => { this.topBusy = false; });
   }
 
   // calibration is the recent window's table of predicted against

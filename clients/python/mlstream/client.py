@@ -25,7 +25,6 @@ from . import messages
 from .errors import (
     APIError,
     MlstreamError,
-    NotSupportedByServer,
     PayloadTooLarge,
     TooManyRequests,
     api_error,
@@ -216,31 +215,36 @@ class Client:
         ``err.index`` is the position of the refused event in ``events``
         (0-based; None when the server named no line).
         """
+        return self._send("/v1/streams/" + _seg(stream) + "/events", events, batch_size)
+
+    def _send(self, path: str, items: Iterable[Dict[str, Any]], batch_size: Optional[int]) -> int:
+        """send's batching, retries and errors for any route that takes
+        NDJSON and answers {"accepted": n}."""
         accepted = [0]
         try:
-            for batch in _chunks(events, batch_size or self.batch_size):
-                self._send_batch(stream, batch, accepted)
+            for batch in _chunks(items, batch_size or self.batch_size):
+                self._send_batch(path, batch, accepted)
         except APIError as err:
             err.accepted = accepted[0]
             err.index = accepted[0] + err.line - 1 if err.line else None
             raise
         return accepted[0]
 
-    def _send_batch(self, stream: str, batch: List[Dict[str, Any]], accepted: List[int]) -> None:
+    def _send_batch(self, path: str, batch: List[Dict[str, Any]], accepted: List[int]) -> None:
         try:
-            accepted[0] += self._post_retrying(stream, batch)["accepted"]
+            accepted[0] += self._post_retrying(path, batch)["accepted"]
         except PayloadTooLarge:
             if len(batch) < 2:
                 raise
             half = len(batch) // 2
-            self._send_batch(stream, batch[:half], accepted)
-            self._send_batch(stream, batch[half:], accepted)
+            self._send_batch(path, batch[:half], accepted)
+            self._send_batch(path, batch[half:], accepted)
 
-    def _post_retrying(self, stream: str, batch: List[Dict[str, Any]]) -> Dict[str, Any]:
+    def _post_retrying(self, path: str, batch: List[Dict[str, Any]]) -> Dict[str, Any]:
         deadline = time.monotonic() + self.retry_timeout
         while True:
             try:
-                return self.post_events(stream, batch)
+                return self.request("POST", path, _ndjson(batch), content_type=NDJSON)
             except TooManyRequests as err:
                 delay = max(err.retry_after, 0.01)
                 if time.monotonic() + delay > deadline:
@@ -341,20 +345,27 @@ class Job:
         events = (_event(x, lab, next(keys_it) if keys_it else None) for x, lab in _pairs(X, y))
         return self.client.send(self.input, events, batch_size=batch_size)
 
-    def predict_proba_one(self, x: Features, *, key: Any = None) -> Dict[bool, float]:
-        """``{False: 1 - p, True: p}`` from the global model (``[1]`` works too)."""
-        return _proba(self._predict([_event(x, None, key)])[0]["p"])
+    def predict_proba_one(self, x: Features, *, key: Any = None, id: Any = None) -> Dict[bool, float]:
+        """``{False: 1 - p, True: p}`` from the global model (``[1]`` works too).
 
-    def predict_one(self, x: Features, *, key: Any = None) -> bool:
+        With ``id``, the job holds this prediction for a delayed label
+        (``label(id, y)``): it learns from ``x`` when the label comes and
+        scores this ``p`` in its metrics. Holding needs the ingest scope."""
+        return _proba(self._predict([_event(x, None, key, id=id)])[0]["p"])
+
+    def predict_one(self, x: Features, *, key: Any = None, id: Any = None) -> bool:
         """The more likely label."""
-        return self.predict_proba_one(x, key=key)[True] >= 0.5
+        return self.predict_proba_one(x, key=key, id=id)[True] >= 0.5
 
-    def predict_proba_many(self, X: Any) -> Any:
+    def predict_proba_many(self, X: Any, *, ids: Optional[Sequence[Any]] = None) -> Any:
         """Probabilities of many rows: a list of ``{False, True}`` dicts, or a
-        DataFrame with columns False and True when ``X`` is a DataFrame."""
+        DataFrame with columns False and True when ``X`` is a DataFrame.
+        ``ids``, one per row, hold the predictions for delayed labels."""
         rows = _rows(X)
+        ids_it = iter(ids) if ids is not None else None
         ps: List[float] = []
-        for batch in _chunks((_event(x, None) for x in rows), self.client.batch_size):
+        events = (_event(x, None, id=next(ids_it) if ids_it else None) for x in rows)
+        for batch in _chunks(events, self.client.batch_size):
             ps.extend(p["p"] for p in self._predict(batch))
         if _is_dataframe(X):
             import pandas as pd  # present: X is a DataFrame
@@ -383,11 +394,26 @@ class Job:
         ``count``) and ``collision``."""
         return self.client.request("GET", self._path("/model"), query={"top": n})["top"]
 
-    def label(self, id: Any, y: Any) -> None:
-        """Delayed labels are not in the server yet."""
-        raise NotSupportedByServer(
-            "delayed labels do not exist on the mlstream server yet (no endpoint takes a label for an earlier "
-            "event): send the label with the event, job.learn_one(x, y)")
+    def label(self, id: Any, y: Any, *, ts: Any = None) -> None:
+        """A delayed label for the prediction held under ``id`` (an
+        unlabelled event or a prediction made with that id): the job learns
+        from the held features and scores the probability it served.
+        Retries on 429 as ``learn_many`` does. The server counts how each
+        label fared (``job.labels()``): a 202 only means it was queued."""
+        self.label_many([(id, y)], ts=ts)
+
+    def label_many(self, pairs: Iterable[Tuple[Any, Any]], *, ts: Any = None, batch_size: Optional[int] = None) -> int:
+        """Many delayed labels, ``(id, y)`` pairs, in batches; returns how many were accepted."""
+        items = ({"id": i, "label": _label(y), **({"ts": ts} if ts is not None else {})} for i, y in pairs)
+        return self.client._send(self._path("/labels"), items, batch_size)
+
+    def labels(self) -> Dict[str, Any]:
+        """The job's delayed-label counts: ``pending``, ``held``, ``joined``,
+        ``unknown``, ``expired``, ``evicted``, ``duplicates``, ``ttl_ms``..."""
+        st = self.status()
+        if "labels" not in st:
+            raise MlstreamError(f"job {self.name!r} of kind {st.get('kind')!r} takes no delayed labels (only logreg does)")
+        return st["labels"]
 
     def export_model(self, path: Union[str, pathlib.Path], format: str = "binary") -> int:
         """Writes the job's model to ``path``: the binary export (for
@@ -610,10 +636,12 @@ def _label(y: Any) -> Any:
     return y
 
 
-def _event(x: Features, y: Any, key: Any = None, ts: Any = None) -> Dict[str, Any]:
+def _event(x: Features, y: Any, key: Any = None, ts: Any = None, *, id: Any = None) -> Dict[str, Any]:
     ev: Dict[str, Any] = {}
     if key is not None:
         ev["key"] = key
+    if id is not None:
+        ev["id"] = id
     if ts is not None:
         ev["ts"] = ts
     if y is not None:

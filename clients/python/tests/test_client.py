@@ -15,7 +15,6 @@ from mlstream import (
     Forbidden,
     MlstreamError,
     NotFound,
-    NotSupportedByServer,
     Unauthorized,
     UnsupportedMediaType,
 )
@@ -180,10 +179,31 @@ def test_model_topk_distinct_matches(client, unique, logreg):
     assert m["matches"] == 1 and m["recent"][0]["key"] == "a1"
 
 
-def test_calls_the_server_lacks_say_so(logreg, tmp_path):
-    with pytest.raises(NotSupportedByServer, match="not exist on the mlstream server yet"):
-        logreg.label("e1", 1)
-    assert issubclass(NotSupportedByServer, NotImplementedError)
+def test_delayed_labels(logreg, make_client):
+    rows = cancer_rows(40)
+    # Predictions held by id; their labels come later, and the job learns
+    # from the held features, scoring the probabilities it served (0.5).
+    ps = [logreg.predict_proba_one(r["features"], id=f"r{i}")[True] for i, r in enumerate(rows[:20])]
+    assert ps == [0.5] * 20
+    proba = logreg.predict_proba_many([r["features"] for r in rows[20:]], ids=[f"r{i}" for i in range(20, 40)])
+    assert len(proba) == 20
+    eventually(logreg.labels, lambda s: s["pending"] == 40 and s["held"] == 40)
+    logreg.label("r0", rows[0]["label"])
+    assert logreg.label_many((f"r{i}", r["label"]) for i, r in enumerate(rows) if i > 0) == 39
+    logreg.label("nobody", 1)
+    s = eventually(logreg.labels, lambda s: s["joined"] == 40 and s["unknown"] == 1)
+    assert s["pending"] == 0 and s["ttl_ms"] == 3600_000
+    m = eventually(logreg.metrics, lambda m: m["all"]["count"] == 40)
+    assert abs(m["all"]["log_loss"] - 0.6931) < 1e-3  # every label scored the 0.5 served
+    with pytest.raises(BadRequest) as exc:
+        logreg.label_many([("a", 1), ("b", 7)])
+    assert (exc.value.line, exc.value.field, exc.value.index) == (2, "label", 1)
+    # Holding takes the ingest scope; a read token may predict without id.
+    reader = make_client("read").job(logreg.name)
+    reader.predict_proba_one({"a": 1})
+    with pytest.raises(Forbidden) as exc:
+        reader.predict_proba_one({"a": 1}, id="x")
+    assert exc.value.get("scope") == "ingest"
 
 
 def test_tokens_and_scopes(make_client, logreg):
