@@ -30,7 +30,7 @@ const (
 // JetStream before it returns. A partition whose owner is more than
 // MaxLag events behind refuses the request up front (ErrBusy: 429); so
 // does a request JetStream has not acknowledged within PublishWait (a
-// stream leader election after a node died takes 4–9 s). Each message
+// stream leader election after a node died takes seconds). Each message
 // carries an id, so a retry of a message that did reach the stream is
 // dropped by JetStream's duplicate window rather than stored twice.
 func (n *Node) Publish(ctx context.Context, j *runtime.Job, parts [][]runtime.Record) error {
@@ -55,7 +55,7 @@ func (n *Node) Publish(ctx context.Context, j *runtime.Job, parts [][]runtime.Re
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("%w: the cluster did not acknowledge %d of %d messages of job %q within %s (after a node failure a stream elects a new leader in 4–9 s)",
+			return fmt.Errorf("%w: the cluster did not acknowledge %d of %d messages of job %q within %s (after a node failure a stream elects a new leader within seconds)",
 				runtime.ErrBusy, len(failed), len(msgs), j.Name(), n.cfg.PublishWait)
 		}
 		msgs, futures = failed, futures[:len(failed)]

@@ -336,8 +336,25 @@ func (ps *partState) livePosition(ctx context.Context) (position, error) {
 	return position{resume: info.State.LastSeq + 1}, nil
 }
 
-// consumerPrefix names this partition's consumers: one per owner token.
+// consumerPrefix names this partition's consumers: one per owner token
+// and attempt, "p<partition>-t<token>-<attempt>".
 func consumerPrefix(p int) string { return "p" + strconv.Itoa(p) + "-t" }
+
+// consumerOf parses the token and attempt of one of the partition's
+// consumer names.
+func (ps *partState) consumerOf(name string) (token uint64, attempt int, ok bool) {
+	rest, found := strings.CutPrefix(name, consumerPrefix(ps.p))
+	if !found {
+		return 0, 0, false
+	}
+	t, a, found := strings.Cut(rest, "-")
+	if !found {
+		return 0, 0, false
+	}
+	token, err1 := strconv.ParseUint(t, 10, 64)
+	attempt, err2 := strconv.Atoi(a)
+	return token, attempt, err1 == nil && err2 == nil
+}
 
 // subscribe creates this run's durable pull consumer from the position
 // and deletes those of earlier owners.
@@ -366,7 +383,10 @@ func (ps *partState) subscribe(ctx context.Context, r *ownerRun, pos position) e
 	if err != nil {
 		return err
 	}
-	ps.deleteOldConsumers(ctx, r)
+	// Cleanup, off the take-over's path: listing consumers waits for the
+	// stream's leader, which may be the one being elected, and the old
+	// consumers go by themselves when inactive.
+	go ps.deleteOldConsumers(r.token, r.attempt)
 	return nil
 }
 
@@ -374,14 +394,27 @@ func (ps *partState) subscribe(ctx context.Context, r *ownerRun, pos position) e
 // fetched and not yet processed.
 func (ps *partState) maxAckPending() int { return 64 }
 
-func (ps *partState) deleteOldConsumers(ctx context.Context, r *ownerRun) {
+// deleteOldConsumers deletes the partition's consumers made before the
+// one of (token, attempt): by earlier owners (smaller tokens) or earlier
+// attempts of this run. A later attempt's consumer is left alone.
+func (ps *partState) deleteOldConsumers(token uint64, attempt int) {
+	ctx, cancel := context.WithTimeout(ps.st.n.ctx, 30*time.Second)
+	defer cancel()
 	s := ps.st.stream(ps.p)
-	names := s.ConsumerNames(ctx)
-	prefix := consumerPrefix(ps.p)
-	for name := range names.Name() {
-		if strings.HasPrefix(name, prefix) && name != r.consName {
-			_ = s.DeleteConsumer(ctx, name)
+	var old []string
+	for name := range s.ConsumerNames(ctx).Name() {
+		if t, a, ok := ps.consumerOf(name); ok && (t < token || t == token && a < attempt) {
+			old = append(old, name)
 		}
+	}
+	for _, name := range old {
+		_ = natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
+			err := s.DeleteConsumer(ctx, name)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return nil
+			}
+			return err
+		})
 	}
 }
 

@@ -92,3 +92,25 @@ func TestRingResumesAfterExactlyTheBackedUpEvents(t *testing.T) {
 		t.Fatalf("%d events in the state, the log has %d", len(state), k)
 	}
 }
+
+func TestConsumerNamesParse(t *testing.T) {
+	ps := &partState{p: 3}
+	for _, tc := range []struct {
+		name    string
+		token   uint64
+		attempt int
+		ok      bool
+	}{
+		{consumerPrefix(3) + "42-7", 42, 7, true},
+		{"p3-t42-7", 42, 7, true},
+		{"p31-t42-7", 0, 0, false}, // partition 31's
+		{"p3-t42", 0, 0, false},
+		{"p3-tx-1", 0, 0, false},
+		{"mls-src-job", 0, 0, false},
+	} {
+		tok, att, ok := ps.consumerOf(tc.name)
+		if ok != tc.ok || ok && (tok != tc.token || att != tc.attempt) {
+			t.Errorf("%s: got (%d, %d, %v), want (%d, %d, %v)", tc.name, tok, att, ok, tc.token, tc.attempt, tc.ok)
+		}
+	}
+}

@@ -54,6 +54,11 @@ func TestThreeNodeCluster(t *testing.T) {
 			t.Errorf("%s: ClusterSize = %d, want 3", n.Name(), got)
 		}
 	}
+	// The servers elect a new leader after [2 s, 4 s) of silence, not
+	// nats-server's [4 s, 9 s).
+	if lo, hi := Election(); lo != DefaultElection || hi != 2*DefaultElection {
+		t.Errorf("Raft election timeouts [%v, %v), want [%v, %v)", lo, hi, DefaultElection, 2*DefaultElection)
+	}
 
 	var kv jetstream.KeyValue
 	err := RetryEach(ctx, 2*time.Second, func(ctx context.Context) (err error) {

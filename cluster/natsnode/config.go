@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -34,7 +35,11 @@ type Config struct {
 	MaxStore    int64    // JetStream file store limit (default 8 GiB)
 	MaxPayload  int32    // max message size (default 8 MiB)
 	SyncAlways  bool     // fsync every write (default: the server's 2-minute sync interval)
-	Logger      *slog.Logger
+	// Election is the shortest time a Raft follower waits without hearing
+	// from its leader before it campaigns; the longest is twice it
+	// (default 2 s; nats-server's own is 4 s, to 9 s). Process-wide.
+	Election time.Duration
+	Logger   *slog.Logger
 }
 
 // withDefaults validates cfg and fills the zero values.
@@ -54,6 +59,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.MaxMemory = orDefault(cfg.MaxMemory, DefaultMaxMemory)
 	cfg.MaxStore = orDefault(cfg.MaxStore, DefaultMaxStore)
 	cfg.MaxPayload = orDefault(cfg.MaxPayload, DefaultMaxPayload)
+	cfg.Election = orDefault(cfg.Election, DefaultElection)
+	if cfg.Election < minElection {
+		return cfg, fmt.Errorf("natsnode: Election %v is below %v (two Raft heartbeats)", cfg.Election, minElection)
+	}
 	cfg.Peers = dedupe(cfg.Peers)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -129,7 +138,7 @@ func checkHostPort(field, addr string, minPort int) error {
 	return nil
 }
 
-func orDefault[T int32 | int64](v, def T) T {
+func orDefault[T ~int32 | ~int64](v, def T) T {
 	if v == 0 {
 		return def
 	}

@@ -28,8 +28,11 @@
 //     request, which only the meta leader serves. Each readiness probe has its own short
 //     deadline, because an unanswered request would otherwise wait out the caller's whole
 //     context.
-//   - Leader elections after a node leaves take seconds (Raft timeouts, not options); Retry and
-//     Transient let callers ride them out without retrying real failures.
+//   - Leader elections after a node leaves take seconds; Retry and Transient let callers ride
+//     them out without retrying real failures. nats-server's Raft waits 4–9 s without its
+//     leader before it elects another, and that is not an option: the embedded server's
+//     timeouts are set through its package variables (Config.Election, election.go), 2–4 s by
+//     default.
 //   - The server's own log is adapted to slog: its informational lines go to Debug, warnings and
 //     errors keep their level, and a fatal message (which would exit a stand-alone server, for
 //     example when a port is taken) fails Start instead of leaving a half-started server.

@@ -50,6 +50,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	log := cfg.Logger.With("node", cfg.Name)
 	token := rand.Text()
+	setElection(cfg.Election)
 	srv, err := startServer(ctx, cfg, token, log)
 	if err != nil {
 		return nil, err

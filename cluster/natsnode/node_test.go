@@ -227,6 +227,7 @@ func TestConfigRejected(t *testing.T) {
 		{Config{Name: "a", Dir: "d", ClusterAddr: self}, "no other node"},
 		{Config{Name: "a", Dir: "d", ClusterAddr: self, Peers: []string{self, self}}, "no other node"},
 		{Config{Name: "a", Dir: "d", ClusterAddr: self, Peers: []string{self, "nohost"}}, "Peers"},
+		{Config{Name: "a", Dir: "d", Election: time.Second}, "two Raft heartbeats"},
 	} {
 		_, err := Start(context.Background(), tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -34,6 +34,7 @@ type clusterOptions struct {
 	publishWait    time.Duration
 	jsMaxStore     string
 	jsMaxMemory    string
+	jsElection     time.Duration
 }
 
 func (c *clusterOptions) register(fs *flag.FlagSet) {
@@ -52,6 +53,7 @@ func (c *clusterOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.publishWait, "publish-wait", 3*time.Second, "cluster mode: how long ingest waits for JetStream's acknowledgement before answering 429")
 	fs.StringVar(&c.jsMaxStore, "js-max-store", "8GiB", "cluster mode: most disk the embedded JetStream server uses")
 	fs.StringVar(&c.jsMaxMemory, "js-max-memory", "256MiB", "cluster mode: most memory the embedded JetStream server's memory streams use")
+	fs.DurationVar(&c.jsElection, "js-election", natsnode.DefaultElection, "cluster mode, embedded NATS: a JetStream Raft follower that hears nothing from its leader for this long (up to twice it) elects a new one; at least 2s (nats-server's own default: 4s, up to 9s)")
 }
 
 func (c *clusterOptions) enabled() bool { return c.routeAddr != "" || c.natsURL != "" }
@@ -141,7 +143,7 @@ func startNATS(ctx context.Context, c clusterOptions, data string, log *slog.Log
 		routeAddr, peers = "", nil
 	}
 	nn, err := natsnode.Start(ctx, natsnode.Config{Name: c.node, Dir: filepath.Join(data, "nats"), ClusterAddr: routeAddr,
-		Peers: peers, ClientAddr: c.natsListen, MaxMemory: maxMem, MaxStore: maxStore, Logger: log})
+		Peers: peers, ClientAddr: c.natsListen, MaxMemory: maxMem, MaxStore: maxStore, Election: c.jsElection, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
 	}
