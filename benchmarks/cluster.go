@@ -45,7 +45,7 @@ const (
 	// The logreg job is "bench", the name getStatus and predictAccuracy read.
 	lrJob, lrStream = "bench", "mail"
 	clusterLeaseTTL = "2s"
-	senders         = 2 // concurrent client senders of the ingest runs
+	senders         = 6 // concurrent client senders of the ingest runs
 )
 
 func hhJobSpec() client.JobSpec {

@@ -181,7 +181,10 @@ func DecodeRecords(data []byte) ([]Record, error) {
 	}
 	data = data[k:]
 	recs := make([]Record, n)
-	var a arena
+	// One block each for the strings, the values and the features (made
+	// at the first): they fit in what data holds (a feature takes 16
+	// bytes of it), so nothing grows and copies.
+	a := arena{bytes: make([]byte, 0, len(data)), vals: make([]string, 0, n), featHint: len(data) / 16}
 	for i := range recs {
 		l, k := binary.Uvarint(data)
 		if k <= 0 || l > uint64(len(data)-k) {

@@ -111,6 +111,9 @@ type Arena struct {
 	vals  []string
 	bytes []byte
 	text  []byte // scratch for Text
+	// featHint, when not 0, is the capacity the first features get (a
+	// decoder's bound on all it will read).
+	featHint int
 }
 
 // minArenaBlock is the smallest block of bytes an arena allocates.
@@ -351,6 +354,7 @@ func appendRecord(b []byte, r *Record) []byte {
 
 var errBadRecord = errors.New("runtime: malformed record in the item log")
 
+
 // decodeRecord is the inverse of appendRecord; the record's slices point
 // into a.
 func decodeRecord(data []byte, r *Record, a *arena) error {
@@ -381,6 +385,9 @@ func decodeRecord(data []byte, r *Record, a *arena) error {
 		return errBadRecord
 	}
 	p = p[n:]
+	if nf > 0 && a.feats == nil && a.featHint > 0 {
+		a.feats = make([]learners.Feature, 0, max(a.featHint, int(nf)))
+	}
 	start := len(a.feats)
 	for i := uint64(0); i < nf; i++ {
 		a.feats = append(a.feats, learners.Feature{
