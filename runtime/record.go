@@ -354,7 +354,6 @@ func appendRecord(b []byte, r *Record) []byte {
 
 var errBadRecord = errors.New("runtime: malformed record in the item log")
 
-
 // decodeRecord is the inverse of appendRecord; the record's slices point
 // into a.
 func decodeRecord(data []byte, r *Record, a *arena) error {
