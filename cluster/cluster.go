@@ -179,6 +179,7 @@ func (n *Node) Start(ctx context.Context, engine *runtime.Engine) error {
 		return fmt.Errorf("cluster: leases: %w", err)
 	}
 	n.leases = leases
+	n.out.leases.Store(leases)
 	n.wg.Add(3)
 	go func() {
 		defer n.wg.Done()

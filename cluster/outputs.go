@@ -3,10 +3,13 @@ package cluster
 import (
 	"encoding/json"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/mlstream/mlstream/cluster/lease"
 	"github.com/nats-io/nats.go"
 )
 
@@ -17,11 +20,21 @@ import (
 // Each node tells the others what its clients want every wantsEvery (and
 // when it changes). Core NATS, not JetStream: outputs are a live feed
 // that the hub drops for slow clients anyway; nothing is stored.
+//
+// A partition's outputs are fenced like its backups: they reach this
+// node's clients and the other nodes only while this node owns the
+// partition, and carry the owner's lease token; a node drops an output
+// whose token is below the newest it knows for that partition (an old
+// owner that was paused past its lease and still processes what it had
+// fetched).
 type outputs struct {
-	n    *Node
-	subs []*nats.Subscription
-	quit chan struct{}
-	done chan struct{}
+	n      *Node
+	subs   []*nats.Subscription
+	quit   chan struct{}
+	done   chan struct{}
+	fence  fence
+	rates  *rates
+	leases atomic.Pointer[lease.Manager] // set once the node joined
 
 	mu    sync.RWMutex
 	wants map[string]remoteWants // by node
@@ -43,10 +56,14 @@ const (
 	wantsExpiry  = 4 * wantsEvery
 	hdrJob       = "Mls-Job"
 	hdrType      = "Mls-Type"
+	// hdrPart is the partition of an output (absent on job-level ones),
+	// sent with hdrToken, the owner's lease token.
+	hdrPart = "Mls-Partition"
 )
 
 func newOutputs(n *Node) *outputs {
-	return &outputs{n: n, wants: map[string]remoteWants{}, quit: make(chan struct{}), done: make(chan struct{})}
+	return &outputs{n: n, wants: map[string]remoteWants{}, quit: make(chan struct{}), done: make(chan struct{}),
+		fence: fence{high: map[partKey]uint64{}}, rates: newRates(n)}
 }
 
 func (o *outputs) start() error {
@@ -63,6 +80,10 @@ func (o *outputs) start() error {
 	// is not cut as a slow consumer.
 	_ = in.SetPendingLimits(1<<20, 256<<20)
 	o.subs = []*nats.Subscription{in, w}
+	if err := o.rates.start(); err != nil {
+		o.stopSubs()
+		return err
+	}
 	o.n.engine.Hub().SetTap(o)
 	go o.announceLoop()
 	return nil
@@ -71,23 +92,66 @@ func (o *outputs) start() error {
 func (o *outputs) stop() {
 	close(o.quit)
 	<-o.done
+	o.rates.stop()
+	o.stopSubs()
+}
+
+func (o *outputs) stopSubs() {
 	for _, s := range o.subs {
 		_ = s.Unsubscribe()
 	}
 }
 
-// Forward is runtime.Tap's: a message published on this node.
-func (o *outputs) Forward(job, typ string, msg []byte) {
+// Forward is runtime.Tap's: a message published on this node, by
+// partition part (-1: a job-level message). A partition's message goes
+// on only while this node owns the partition under the newest token it
+// knows.
+func (o *outputs) Forward(job, typ string, part int, msg []byte) bool {
+	var token uint64
+	if part >= 0 {
+		var owned, current bool
+		token, owned, current = o.ownerToken(job, part)
+		if !owned {
+			o.n.stats.unownedOutputs.Add(1)
+			return false
+		}
+		if !current {
+			o.n.stats.staleOutputs.Add(1)
+			return false
+		}
+	}
 	if !o.RemoteWants(job, typ) {
-		return
+		return true
 	}
 	m := nats.NewMsg(outSubject + "." + o.n.cfg.Node)
 	m.Header.Set(hdrJob, job)
 	m.Header.Set(hdrType, typ)
+	if part >= 0 {
+		m.Header.Set(hdrPart, strconv.Itoa(part))
+		m.Header.Set(hdrToken, strconv.FormatUint(token, 10))
+	}
 	m.Data = msg
 	if err := o.n.nc.PublishMsg(m); err == nil {
 		o.n.stats.forwarded.Add(1)
 	}
+	return true
+}
+
+// ownerToken is this node's token for partition part of job, whether it
+// owns the partition, and whether the token is the newest it knows. A job
+// this node does not run (yet) passes: its outputs are not a partition
+// owner's.
+func (o *outputs) ownerToken(job string, part int) (token uint64, owned, current bool) {
+	st := o.n.job(job)
+	if st == nil || part >= len(st.parts) {
+		return 0, true, true
+	}
+	ps := st.parts[part]
+	if !ps.owned.Load() {
+		return 0, false, false
+	}
+	token = ps.token.Load()
+	return token, true, o.fence.current(partKey{job, part}, token)
 }
 
 // RemoteWants is runtime.Tap's.
@@ -107,7 +171,30 @@ func (o *outputs) receive(m *nats.Msg) {
 	if strings.TrimPrefix(m.Subject, outSubject+".") == o.n.cfg.Node {
 		return
 	}
-	o.n.engine.Hub().Inject(m.Header.Get(hdrJob), m.Header.Get(hdrType), m.Data)
+	job := m.Header.Get(hdrJob)
+	if !o.admit(job, m.Header) {
+		o.n.stats.staleOutputs.Add(1)
+		return
+	}
+	o.n.engine.Hub().Inject(job, m.Header.Get(hdrType), m.Data)
+}
+
+// admit says whether an output from another node goes to this node's
+// clients: a job-level one does; a partition's one only under a token no
+// older than the newest this node knows for the partition (and then that
+// token is the newest). One with a partition and no readable token is
+// dropped: nodes of this version always send both.
+func (o *outputs) admit(job string, h nats.Header) bool {
+	ps := h.Get(hdrPart)
+	if ps == "" {
+		return true
+	}
+	part, err1 := strconv.Atoi(ps)
+	token, err2 := strconv.ParseUint(h.Get(hdrToken), 10, 64)
+	if err1 != nil || err2 != nil || part < 0 {
+		return false
+	}
+	return o.fence.admit(partKey{job, part}, token)
 }
 
 func (o *outputs) receiveWants(m *nats.Msg) {
@@ -137,6 +224,7 @@ func (o *outputs) announceLoop() {
 			return
 		case <-tick.C:
 		}
+		o.learnLeases()
 		wants := o.n.engine.Hub().LocalWants()
 		sort.Slice(wants, func(i, j int) bool {
 			return wants[i][0] < wants[j][0] || wants[i][0] == wants[j][0] && wants[i][1] < wants[j][1]
@@ -146,6 +234,88 @@ func (o *outputs) announceLoop() {
 			if o.n.nc.Publish(wantsSubject, data) == nil {
 				last, lastAt = string(data), time.Now()
 			}
+		}
+	}
+}
+
+// learnLeases raises the fence to the tokens of this node's lease view,
+// and forgets the partitions of jobs it no longer runs.
+func (o *outputs) learnLeases() {
+	m := o.leases.Load()
+	if m == nil {
+		return
+	}
+	jobs := map[string]bool{}
+	for _, st := range o.n.jobsList() {
+		jobs[st.name()] = true
+	}
+	o.fence.learn(m.Owners(), jobs)
+}
+
+// partKey names a partition of a job for the fence, without building its
+// lease key on the output path.
+type partKey struct {
+	job  string
+	part int
+}
+
+// fence holds the highest owner token this node knows for each
+// partition: from its lease view (refreshed every wantsEvery/4) and from
+// the outputs it received. Tokens are revisions of the lease bucket, so
+// they only grow, across owners and incarnations of a job.
+type fence struct {
+	mu   sync.RWMutex
+	high map[partKey]uint64
+}
+
+// current reports whether token is the newest known for k.
+func (f *fence) current(k partKey, token uint64) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return token >= f.high[k]
+}
+
+// admit reports whether an output under token is current for k, and then
+// raises k's mark to it.
+func (f *fence) admit(k partKey, token uint64) bool {
+	f.mu.RLock()
+	high := f.high[k]
+	f.mu.RUnlock()
+	if token < high {
+		return false
+	}
+	if token > high {
+		f.raise(k, token)
+	}
+	return true
+}
+
+func (f *fence) raise(k partKey, token uint64) {
+	f.mu.Lock()
+	if token > f.high[k] {
+		f.high[k] = token
+	}
+	f.mu.Unlock()
+}
+
+// learn raises the marks to the leases' tokens and drops the marks of
+// jobs not in jobs.
+func (f *fence) learn(owners map[string]lease.Owner, jobs map[string]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k := range f.high {
+		if !jobs[k.job] {
+			delete(f.high, k)
+		}
+	}
+	for key, o := range owners {
+		job, p, err := parseLeaseKey(key)
+		if err != nil || p < 0 || !jobs[job] {
+			continue
+		}
+		k := partKey{job, p}
+		if o.Token > f.high[k] {
+			f.high[k] = o.Token
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 // nodeStats are this node's cluster counters.
 type nodeStats struct {
 	published   atomic.Uint64 // log messages published by ingest here
+	ingested    atomic.Uint64 // events in them
 	forwarded   atomic.Uint64 // outputs forwarded to other nodes
 	views       atomic.Uint64 // partition states installed as views
 	takeovers   atomic.Uint64 // partitions this node took over
@@ -22,6 +23,12 @@ type nodeStats struct {
 	poison      atomic.Uint64 // unreadable log messages skipped
 	sourced     atomic.Uint64 // events read from jobs' NATS sources here
 	staleWrites atomic.Uint64 // backups dropped because their run had ended
+	// staleOutputs are partition outputs dropped under an owner token
+	// older than the newest known (received, or made here by a fenced
+	// owner); unownedOutputs those made here by a partition this node
+	// does not own (a view, a take-over under way).
+	staleOutputs   atomic.Uint64
+	unownedOutputs atomic.Uint64
 
 	mu    sync.Mutex
 	moves []Move // the latest, oldest first
@@ -48,12 +55,19 @@ func (n *Node) recordMove(job string, f runtime.Failover) {
 // Status is GET /v1/cluster: the nodes, who owns what, and this node's
 // counters.
 type Status struct {
-	Node   string           `json:"node"`
-	Nodes  []lease.NodeInfo `json:"nodes"`
-	Jobs   []JobOwners      `json:"jobs"`
-	Counts Counts           `json:"counts"`
-	Moves  []Move           `json:"moves"`
-	Config StatusConfig     `json:"config"`
+	Node   string       `json:"node"`
+	Nodes  []NodeStatus `json:"nodes"`
+	Jobs   []JobOwners  `json:"jobs"`
+	Counts Counts       `json:"counts"`
+	Moves  []Move       `json:"moves"`
+	Config StatusConfig `json:"config"`
+}
+
+// NodeStatus is a live node and its latest rates (nil when none came
+// within ratesExpiry).
+type NodeStatus struct {
+	lease.NodeInfo
+	Rates *NodeRates `json:"rates,omitempty"`
 }
 
 // JobOwners is who owns each partition of a job (and its global unit).
@@ -92,6 +106,10 @@ type Counts struct {
 	Poison      uint64 `json:"unreadable_messages"`
 	Sourced     uint64 `json:"sourced_events"`
 	StaleWrites uint64 `json:"backups_dropped"`
+	// StaleOutputs and UnownedOutputs are partition outputs not delivered
+	// (nodeStats).
+	StaleOutputs   uint64 `json:"stale_outputs"`
+	UnownedOutputs uint64 `json:"unowned_outputs"`
 }
 
 // StatusConfig is the cluster configuration this node runs with.
@@ -113,7 +131,7 @@ func (n *Node) Status() Status {
 	s := Status{Node: n.cfg.Node, Counts: n.counts(), Config: n.statusConfig()}
 	owners := map[string]lease.Owner{}
 	if n.leases != nil {
-		s.Nodes = n.leases.Nodes()
+		s.Nodes = n.nodeStatuses(n.leases.Nodes())
 		owners = n.leases.Owners()
 	}
 	jobs := n.jobsList()
@@ -127,12 +145,28 @@ func (n *Node) Status() Status {
 	return s
 }
 
+// nodeStatuses joins the live nodes with their latest rates.
+func (n *Node) nodeStatuses(nodes []lease.NodeInfo) []NodeStatus {
+	var latest map[string]NodeRates
+	if n.out != nil {
+		latest = n.out.rates.of(time.Now())
+	}
+	out := make([]NodeStatus, len(nodes))
+	for i, ni := range nodes {
+		out[i].NodeInfo = ni
+		if r, ok := latest[ni.Name]; ok {
+			out[i].Rates = &r
+		}
+	}
+	return out
+}
+
 func (n *Node) counts() Counts {
 	st := &n.stats
 	return Counts{Published: st.published.Load(), Forwarded: st.forwarded.Load(), Views: st.views.Load(),
 		Takeovers: st.takeovers.Load(), Failovers: st.failovers.Load(), Backups: st.backups.Load(),
 		BackupBytes: st.backupBytes.Load(), Poison: st.poison.Load(), Sourced: st.sourced.Load(),
-		StaleWrites: st.staleWrites.Load()}
+		StaleWrites: st.staleWrites.Load(), StaleOutputs: st.staleOutputs.Load(), UnownedOutputs: st.unownedOutputs.Load()}
 }
 
 func (n *Node) statusConfig() StatusConfig {

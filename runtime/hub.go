@@ -97,11 +97,17 @@ func (h *Hub) Wants(job, typ string) bool {
 	return w[wantKey{"*", typ}] > 0 || w[wantKey{job, typ}] > 0
 }
 
-// Publish offers msg to every subscriber that wants it, without blocking.
-// msg must not be modified afterwards.
-func (h *Hub) Publish(job, typ string, msg []byte) {
-	if t := h.tap.Load(); t != nil {
-		(*t).Forward(job, typ, msg)
+// Publish offers msg, a job-level message (no partition's), to every
+// subscriber that wants it, without blocking. msg must not be modified
+// afterwards.
+func (h *Hub) Publish(job, typ string, msg []byte) { h.PublishFrom(job, typ, -1, msg) }
+
+// PublishFrom is Publish of a message of partition part (-1: job-level).
+// A tap sees the partition and may keep the message from this hub's
+// subscribers (a cluster node that no longer owns the partition).
+func (h *Hub) PublishFrom(job, typ string, part int, msg []byte) {
+	if t := h.tap.Load(); t != nil && !(*t).Forward(job, typ, part, msg) {
+		return
 	}
 	h.offer(job, typ, msg)
 }
@@ -141,11 +147,13 @@ func set(xs []string) map[string]bool {
 }
 
 // Tap is how a cluster node shares a hub with the other nodes: Forward
-// gets every message published here (not those Injected), and
-// RemoteWants says whether a subscriber elsewhere wants a job's messages
-// of a type, so that partitions build them.
+// gets every message published here (not those Injected) with the
+// partition that produced it (-1: a job-level message), and says whether
+// this hub's subscribers get it too; RemoteWants says whether a
+// subscriber elsewhere wants a job's messages of a type, so that
+// partitions build them.
 type Tap interface {
-	Forward(job, typ string, msg []byte)
+	Forward(job, typ string, part int, msg []byte) (deliver bool)
 	RemoteWants(job, typ string) bool
 }
 

@@ -115,7 +115,7 @@ func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
 	}
 	for i := 0; i < spec.Partitions; i++ {
 		part := &partition{job: j, index: i, q: newQueue(spec.QueueSize), group: newGroupSizer(gcfg, j.created)}
-		part.op = opAdapter{k.instance().NewPartition(i, Emitter{hub: hub, job: spec.Name})}
+		part.op = opAdapter{k.instance().NewPartition(i, Emitter{hub: hub, job: spec.Name, slot: i + 1})}
 		j.parts = append(j.parts, part)
 	}
 	if cfg.Storage != nil && spec.FT.Mode != ft.ModeNone {

@@ -276,21 +276,29 @@ type FTUnit interface {
 	WindowEnded()
 }
 
-// Emitter is how a job's operators reach the hub.
+// Emitter is how a job's operators reach the hub. A partition's emitter
+// knows its partition, so that a cluster node can fence its outputs with
+// the partition's owner token (Tap).
 type Emitter struct {
 	hub *Hub
 	job string
+	// slot is the partition index + 1; 0 (the zero value) is a job-level
+	// emitter (Announce, stats).
+	slot int
 }
 
 // Job is the job's name.
 func (e Emitter) Job() string { return e.job }
+
+// Partition is the emitter's partition index, -1 for a job-level one.
+func (e Emitter) Partition() int { return e.slot - 1 }
 
 // Wants reports whether anyone subscribes to the job's messages of typ:
 // build messages only then.
 func (e Emitter) Wants(typ string) bool { return e.hub.Wants(e.job, typ) }
 
 // Publish sends msg, which must not be modified afterwards.
-func (e Emitter) Publish(typ string, msg []byte) { e.hub.Publish(e.job, typ, msg) }
+func (e Emitter) Publish(typ string, msg []byte) { e.hub.PublishFrom(e.job, typ, e.slot-1, msg) }
 
 // Envelope starts a message of type typ at time ts (epoch ms).
 func (e Emitter) Envelope(typ string, ts int64) Envelope {
@@ -304,7 +312,7 @@ func (e Emitter) PublishValue(msg interface{ envelope() Envelope }) error {
 	if err != nil {
 		return err
 	}
-	e.hub.Publish(e.job, msg.envelope().Type, b)
+	e.Publish(msg.envelope().Type, b)
 	return nil
 }
 

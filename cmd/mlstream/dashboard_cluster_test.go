@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,9 @@ type clusterPage struct {
 	Nodes  []struct {
 		Name, Link, Seen string
 		Self             bool
+		// The node's own rates (events/s ingested there and processed by
+		// its partitions, outputs/s forwarded), "" when it sent none.
+		Ingested, Processed, Forwarded string
 	}
 	Cells     []struct{ Job, Partition, Node, State, Text string }
 	Moves     []clusterMove
@@ -46,7 +50,8 @@ const clusterPageJS = `(() => {
   return {
     hidden: p.hidden, mode: p.dataset.mode || "", node: p.dataset.node || "",
     nodes: [...p.querySelectorAll("table.nodes tbody tr")].map(tr => ({name: tr.dataset.node, self: tr.dataset.self === "true",
-      link: tr.querySelector("a") ? tr.querySelector("a").href : "", seen: tr.cells[2].textContent})),
+      link: tr.querySelector("a") ? tr.querySelector("a").href : "", seen: tr.cells[2].textContent,
+      ingested: tr.dataset.ingested, processed: tr.dataset.processed, forwarded: tr.dataset.forwarded})),
     cells: [...p.querySelectorAll(".cjob .pcell")].map(c => ({job: c.closest(".cjob").dataset.job, partition: c.dataset.partition,
       node: c.dataset.node, state: c.dataset.state, text: c.textContent})),
     moves: [...p.querySelectorAll("table.moves tbody tr")].map(tr => ({...tr.dataset, text: tr.textContent})),
@@ -170,9 +175,12 @@ func (b *browser) checkClusterNodes(c *testCluster, s clusterPage) {
 }
 
 // checkClusterRates posts events to node 1 until the panel shows it
-// publishing, then checks the partitions it says n1 owns against the
-// API. Every node then counts every event: every partition's owner has
-// written its state (a failover then has a previous writer to name).
+// publishing, and shows each node's own rates: n1 ingesting, every node
+// processing events of the partitions it owns (each node publishes its
+// rates; n1's page has the others' through n1). It then checks the
+// partitions it says n1 owns against the API. Every node then counts
+// every event: every partition's owner has written its state (a
+// failover then has a previous writer to name).
 func (b *browser) checkClusterRates(c *testCluster) {
 	t := b.t
 	t.Helper()
@@ -185,7 +193,7 @@ func (b *browser) checkClusterRates(c *testCluster) {
 			t.Fatalf("posting to n1: %v", err)
 		}
 		sent += 200
-		return s.PubRate != "–" && s.PubRate != "0" && s.Published != "0"
+		return s.PubRate != "–" && s.PubRate != "0" && s.Published != "0" && s.ratesShown()
 	})
 	waitTotal(t, c.url(0), "top", uint64(sent), 60*time.Second)
 	b.waitCluster("the partitions n1 owns, as the API says", 60*time.Second, func(s clusterPage) bool {
@@ -199,6 +207,23 @@ func (b *browser) checkClusterRates(c *testCluster) {
 		}
 		return len(own) > 0 && s.Owns["top"] == strings.Join(own, ",")
 	})
+}
+
+// ratesShown says whether the node table shows n1 ingesting and every
+// node processing.
+func (s clusterPage) ratesShown() bool {
+	n := 0
+	for _, nd := range s.Nodes {
+		if positive(nd.Processed) && (nd.Name != "n1" || positive(nd.Ingested)) {
+			n++
+		}
+	}
+	return n == 3 && len(s.Nodes) == 3
+}
+
+func positive(num string) bool {
+	f, err := strconv.ParseFloat(num, 64)
+	return err == nil && f > 0
 }
 
 // checkClusterWarnings renders a status with a lease past the TTL, a

@@ -124,7 +124,8 @@ function partsOf(j) {
 // COUNTERS are the fields of the panel's cards: [data-f, counts key, format].
 const COUNTERS = [["c_published", "published_messages", int], ["c_forwarded", "forwarded_outputs", int],
   ["c_views", "views_installed", int], ["c_takeovers", "takeovers", int], ["c_failovers", "failovers", int],
-  ["c_backups", "backups", int], ["c_backup_bytes", "backup_bytes", bytes], ["c_unreadable", "unreadable_messages", int]];
+  ["c_backups", "backups", int], ["c_backup_bytes", "backup_bytes", bytes], ["c_unreadable", "unreadable_messages", int],
+  ["c_stale", "stale_outputs", int], ["c_unowned", "unowned_outputs", int]];
 
 // clusterCounts shows this node's counters and its publish rate since
 // the last poll (timed by the browser's clock, which moves smoothly).
@@ -136,6 +137,7 @@ function clusterCounts(p, c) {
   clusterView.prev = { at: now, published: c.published_messages };
   for (const [f, key, format] of COUNTERS) set(p, f, format(c[key]));
   $(p, '[data-f="c_unreadable"]').classList.toggle("bad-text", c.unreadable_messages > 0);
+  $(p, '[data-f="c_stale"]').classList.toggle("bad-text", c.stale_outputs > 0);
 }
 
 // nodeURL is a node's own dashboard: its HTTP address, with this page's
@@ -159,14 +161,24 @@ function clusterNodes(p, self, nodes, jobsList, ttl, now) {
     const ago = now - isoMs(n.last_seen);
     const seen = el("span", "", isNum(ago) ? (Math.max(0, ago) / 1000).toFixed(1) + " s ago" : "–");
     if (ago > ttl) seen.className = "bad-text";
-    const tr = row([name, link, seen, clock(isoMs(n.started)), int(owned.get(n.name) || 0)], ["", "", "num", "", "num"]);
+    const r = nodeRates(n);
+    const tr = row([name, link, seen, clock(isoMs(n.started)), int(owned.get(n.name) || 0), sig(r.ingested_per_s), sig(r.processed_per_s), sig(r.forwarded_per_s)],
+      ["", "", "num", "", "num", "num", "num", "num"]);
     tr.dataset.node = n.name;
+    tr.dataset.ingested = String(r.ingested_per_s ?? "");
+    tr.dataset.processed = String(r.processed_per_s ?? "");
+    tr.dataset.forwarded = String(r.forwarded_per_s ?? "");
     tr.dataset.self = String(n.name === self);
     tr.dataset.seenMs = isNum(ago) ? String(Math.round(ago)) : "";
     return tr;
   });
   fill($(p, "table.nodes tbody"), rows);
 }
+
+// nodeRates is what a node publishes about itself every second (events
+// ingested and processed by its partitions, outputs forwarded); empty
+// when none came lately (the cells then show "–").
+const nodeRates = n => n.rates && typeof n.rates === "object" ? n.rates : {};
 
 function clusterLegend(p, names) {
   const items = [...names].sort().map(n => {

@@ -1,0 +1,51 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mlstream/mlstream/cluster/lease"
+)
+
+// Each node publishes its rates every second; another node shows them
+// beside the node in its status, and forgets a node that fell silent.
+func TestRatesReachOtherNodes(t *testing.T) {
+	url := testNATS(t)
+	ja := testJob("j", 2)
+	ja.parts[0].ownFor(3)
+	a := outputsNode(t, url, "a", ja)
+	b := outputsNode(t, url, "b")
+	waitFor(t, "b to receive a's rates", func() bool { _, ok := b.out.rates.of(time.Now())["a"]; return ok })
+	a.stats.ingested.Add(600)
+	var got NodeRates
+	waitFor(t, "a's ingest rate at b", func() bool {
+		got = b.out.rates.of(time.Now())["a"]
+		return got.Ingested > 0
+	})
+	// 600 events over the last sample's interval, about a second.
+	if got.Ingested < 100 || got.Ingested > 1200 || got.Owned != 1 {
+		t.Fatalf("a's rates at b %+v, want about 600 events/s ingested and 1 partition owned", got)
+	}
+	st := b.nodeStatuses([]lease.NodeInfo{{Name: "a"}, {Name: "b"}, {Name: "silent"}})
+	if st[0].Rates == nil || st[1].Rates == nil || st[2].Rates != nil {
+		t.Fatalf("node statuses %+v: want rates for a and b only", st)
+	}
+	b.out.rates.record("old", NodeRates{Owned: 2}, time.Now().Add(-ratesExpiry))
+	if _, ok := b.out.rates.of(time.Now())["old"]; ok {
+		t.Fatal("expired rates shown")
+	}
+}
+
+// A partition counts towards the processed rate only when owned under
+// the same token at both samples: a take-over restarts its sequence.
+func TestRatesCountOwnershipsOnce(t *testing.T) {
+	st := &jobState{}
+	t0 := time.Now()
+	prev := rateSample{at: t0, done: map[ownedPart]uint64{{st, 0, 5}: 100, {st, 1, 5}: 1000}}
+	cur := rateSample{at: t0.Add(2 * time.Second), owned: 2, forwarded: 40,
+		done: map[ownedPart]uint64{{st, 0, 5}: 300, {st, 1, 9}: 10, {st, 2, 9}: 50}}
+	r := cur.ratesSince(prev)
+	if r.Processed != 100 || r.Forwarded != 20 || r.Owned != 2 {
+		t.Fatalf("rates %+v, want 100 processed/s (partition 0 only), 20 forwarded/s, 2 owned", r)
+	}
+}
