@@ -172,9 +172,15 @@ func testSpec(partitions int) runtime.Spec {
 // ingest sends lines to the engine's stream in requests of 200.
 func ingest(t *testing.T, e *runtime.Engine, lines []string) {
 	t.Helper()
+	ingestBy(t, e, lines, 200)
+}
+
+// ingestBy sends lines to the engine's stream in requests of size.
+func ingestBy(t *testing.T, e *runtime.Engine, lines []string, size int) {
+	t.Helper()
 	var p fastjson.Parser
 	for len(lines) > 0 {
-		n := min(200, len(lines))
+		n := min(size, len(lines))
 		b, err := e.NewBatch("s")
 		if err != nil {
 			t.Fatal(err)
