@@ -244,7 +244,7 @@ func TestIdleRemotePartitionDoesNotBlock(t *testing.T) {
 
 // A remote partition that is busy but sends nothing (its owner died, or
 // stopped) counts as idle after the silence: node A's partition waits for
-// it that long, once, and then runs its rounds.
+// it that long, and then runs its rounds.
 func TestSilentRemotePartitionDoesNotBlockForEver(t *testing.T) {
 	n := pacedNodes(t, runtime.ConsistencyBSP, 0)
 	const silence = 300 * time.Millisecond
@@ -261,7 +261,8 @@ func TestSilentRemotePartitionDoesNotBlockForEver(t *testing.T) {
 	waitFor(t, "node A's rounds", func() bool { return n.a.model.Updates() >= 1000 && n.a.clock.Round(0) >= 20 })
 	st := consistencyOf(t, n.ja)
 	t.Logf("node A: %+v after %v", st, time.Since(start))
-	if st.RemoteSilent != 1 || st.RemoteWaits != 1 || st.WaitedMs < float64(silence/time.Millisecond)/2 {
-		t.Fatalf("node A: %+v; want one remote wait ended by the silence", st)
+	// (A delta node B's partition sent as it paused may end a first wait.)
+	if st.RemoteSilent != 1 || st.RemoteWaits == 0 || st.WaitedMs < float64(silence/time.Millisecond)/2 {
+		t.Fatalf("node A: %+v; want a remote wait ended by the silence", st)
 	}
 }
