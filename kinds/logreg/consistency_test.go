@@ -266,3 +266,27 @@ func TestSilentRemotePartitionDoesNotBlockForEver(t *testing.T) {
 		t.Fatalf("node A: %+v; want a remote wait ended by the silence", st)
 	}
 }
+
+// A delta of format deltaFormatRound from another node moves the
+// partition's round in this node's clock; deltas of the older formats
+// still apply, with no round.
+func TestRoundDeltasReachTheClock(t *testing.T) {
+	spec := testSpec(2)
+	spec.Sync.Consistency = runtime.ConsistencyBSP
+	_, j := node(t, newTestCluster(t), spec, runtime.Config{})
+	if err := j.ApplyDelta(craftRound(1, 3, 0, 7, deltaBusy, []byte{0}), 1); err != nil {
+		t.Fatal(err)
+	}
+	if r := j.clock.Round(1); r != 7 {
+		t.Fatalf("round %d, want 7", r)
+	}
+	if err := j.ApplyDelta(craft(1, 4, 0, nil, []byte{0}), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.ApplyDelta(craftExtra(1, 5, 0, 0, heldSection(), nil, []byte{0}), 3); err != nil {
+		t.Fatal(err)
+	}
+	if r := j.clock.Round(1); r != 7 || j.model.Version() != 3 {
+		t.Fatalf("round %d, version %d", r, j.model.Version())
+	}
+}
