@@ -88,9 +88,9 @@ const (
 // busy.
 const deltaBusy = 1
 
-// maxDeltaRound bounds a delta's round: a round a millisecond for 35
-// years. A larger one would make every partition that joins at the
-// fastest round wait for ever.
+// maxDeltaRound bounds a delta's round: far more than any job completes
+// (a round a millisecond for 35 years), small enough that a round plus
+// any staleness never overflows in the clock.
 const maxDeltaRound = 1 << 40
 
 // metricsEvery is how often at most a partition's deltas carry its
