@@ -290,3 +290,44 @@ func TestRoundDeltasReachTheClock(t *testing.T) {
 		t.Fatalf("round %d, version %d", r, j.model.Version())
 	}
 }
+
+// A partition taken over from a node that died joins at the fastest
+// round: the survivor's partition that waited for it goes on at once,
+// however long the silence before the dead owner's partition counts as
+// idle.
+func TestTakenOverPartitionUnblocksTheSurvivors(t *testing.T) {
+	n := pacedNodes(t, runtime.ConsistencyBSP, 0)
+	n.b.clock.SetSilence(time.Hour)
+	p0, p1 := partitionEvents(24, 20_000)
+	n.ja.Pause()
+	ingestBy(t, n.ea, p0[:16_000], 400)
+	n.ja.Resume()
+	waitFor(t, "node B to see node A's partition busy", func() bool { return n.b.clock.Round(0) >= 2 })
+	n.ja.Pause() // node A "dies" with its partition busy
+	t.Cleanup(n.ja.Resume)
+	ingestBy(t, n.eb, p1[:2000], 100)
+	waitFor(t, "node B's partition to wait for node A's", func() bool { return consistencyOf(t, n.jb).RemoteWaits > 0 })
+	if got := n.b.model.Updates(); got >= 18_000 {
+		t.Fatalf("node B learned %d events while it should wait", got)
+	}
+	// Node B takes partition 0 over where the deltas it applied end.
+	n.c.applyMu.Lock()
+	n.b.merge.Lock()
+	last := n.b.merge.lastSeqs[0]
+	n.b.merge.Unlock()
+	n.c.applyMu.Unlock()
+	if err := n.jb.Do(t.Context(), 0, func() {
+		n.jb.ResetPartition(0, last)
+		n.jb.SetNextSeq(0, last+1)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := n.b.model.Updates()
+	ingestBy(t, n.eb, p0[16_000:16_400], 100)
+	waitFor(t, "node B to learn partition 1's events and the taken-over partition's", func() bool {
+		return n.b.model.Updates() >= before+400 && n.b.clock.Round(1) >= 20
+	})
+	if st := consistencyOf(t, n.jb); st.RemoteSilent != 0 {
+		t.Fatalf("node B went on only after the silence: %+v", st)
+	}
+}
