@@ -191,7 +191,7 @@ func (j *logregJob) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.A
 func (j *logregJob) NewPartition(index int, out runtime.Emitter) runtime.Operator {
 	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window),
 		drift: learners.NewPageHinkley(), limit: math.MaxInt, pend: j.newPending()}
-	p.share.landed = make(chan struct{}, 1)
+	p.share.landing = make(chan struct{}, 1)
 	p.pub.snap = p.prog.Clone()
 	if j.sharing() {
 		p.learner.SetShared()

@@ -143,8 +143,8 @@ type partShare struct {
 	// sentRound and sentBusy what its last one announced.
 	round, sentRound uint64
 	busy, sentBusy   bool
-	// landed gets a token when a delta of the partition is applied here.
-	landed chan struct{}
+	// landing gets a token when a delta of the partition is applied here.
+	landing chan struct{}
 }
 
 // ShareDeltas switches the job to shared deltas (runtime.Sharing); called
@@ -458,7 +458,7 @@ func (j *logregJob) applyDelta(h deltaHeader, version uint64) error {
 	own := p.share.sentMark.Load() > h.lastSeq
 	p.share.appliedMark.Store(h.lastSeq + 1)
 	select {
-	case p.share.landed <- struct{}{}:
+	case p.share.landing <- struct{}{}:
 	default:
 	}
 	if h.rounds && !own {
@@ -498,7 +498,7 @@ func (p *logregPart) awaitLanded() {
 	for now := time.Now(); p.inFlight(now); now = time.Now() {
 		t := time.NewTimer(maxInFlight - now.Sub(p.share.sentAt))
 		select {
-		case <-p.share.landed:
+		case <-p.share.landing:
 		case <-t.C:
 		}
 		t.Stop()
