@@ -89,3 +89,125 @@ func TestBSPKeepsRoundsTogether(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 }
+
+// mustWaitFor checks that partition 0's next Advance waits (the clock's
+// waits reach waits) until report, another node's report of partition 1,
+// comes, and returns once it came.
+func mustWaitFor(t *testing.T, c *SyncClock, waits uint64, report func(), what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		c.Advance(0)
+		close(done)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Status("bsp").Waits < waits {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: never %d waits: %+v", what, waits, c.Status("bsp"))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-done:
+		t.Fatalf("%s: partition 0 went on", what)
+	default:
+	}
+	report()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: partition 0 still waits after the report", what)
+	}
+}
+
+// Under bsp a local partition waits for a busy remote one (another node's,
+// as its deltas report it) until the remote one reports the same round;
+// the wait counts as a remote wait.
+func TestBSPWaitsForRemotePartitions(t *testing.T) {
+	c := NewSyncClock(2, 0)
+	c.SetActive(0, true)
+	c.Observe(1, 0, true)
+	mustWaitFor(t, c, 1, func() { c.Observe(1, 1, true) }, "round 1 before remote partition 1 merged it")
+	if st := c.Status("bsp"); st.Waits != 1 || st.RemoteWaits != 1 || st.MinRound != 1 || st.MaxRound != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	// A remote partition that went idle holds no one back.
+	c.Observe(1, 1, false)
+	c.Advance(0)
+	c.Advance(0)
+	if st := c.Status("bsp"); st.Waits != 1 || st.MaxRound != 3 {
+		t.Fatalf("waited for an idle remote partition: %+v", st)
+	}
+}
+
+// Under ssp a local partition runs up to staleness rounds ahead of a busy
+// remote one, and no further.
+func TestSSPBoundsTheGapToRemotePartitions(t *testing.T) {
+	c := NewSyncClock(2, 2)
+	c.SetActive(0, true)
+	c.Observe(1, 0, true)
+	c.Advance(0)
+	c.Advance(0)
+	// Round 3 is more than 2 ahead of round 0, not of round 1.
+	mustWaitFor(t, c, 1, func() { c.Observe(1, 1, true) }, "3 rounds ahead under staleness 2")
+}
+
+// A remote partition nothing came from for the silence counts as idle:
+// its dead owner holds no one back for longer; when it reports again it
+// is waited for again.
+func TestSilentRemotePartitionCountsAsIdle(t *testing.T) {
+	c := NewSyncClock(2, 0)
+	c.SetSilence(100 * time.Millisecond)
+	c.SetActive(0, true)
+	c.Observe(1, 0, true)
+	start := time.Now()
+	c.Advance(0)
+	if took := time.Since(start); took < 100*time.Millisecond {
+		t.Fatalf("went on after %v, before the silence", took)
+	}
+	if st := c.Status("bsp"); st.RemoteSilent != 1 || st.RemoteWaits != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	c.SetSilence(time.Hour)
+	c.Observe(1, 0, true)
+	mustWaitFor(t, c, 2, func() { c.Observe(1, 2, true) }, "a remote partition that reported again")
+}
+
+// A partition run here ignores reports of it (its own deltas, or an old
+// owner's late ones); one taken over from another node joins at the
+// fastest round, as an idle one does.
+func TestTakenOverPartitionJoinsAtTheFastest(t *testing.T) {
+	c := NewSyncClock(3, 0)
+	c.SetActive(0, true)
+	c.Observe(1, 5, false)
+	c.Observe(2, 2, true) // another node runs 2, two rounds behind
+	c.SetActive(2, true)  // ... until it is taken over here
+	if r := c.Round(2); r != 5 {
+		t.Fatalf("taken over at round %d, want the fastest, 5", r)
+	}
+	c.Observe(2, 1, true)
+	if r := c.Round(2); r != 5 {
+		t.Fatalf("a report of a partition busy here moved it to round %d", r)
+	}
+	// Partition 0 (round 0) must catch up before anyone waits for it;
+	// 1 is idle, 2 is local at 5: partition 0 never waits.
+	for range 5 {
+		c.Advance(0)
+	}
+	if st := c.Status("bsp"); st.Waits != 0 || st.RemoteWaits != 0 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// Under async nothing waits, whatever remote partitions report.
+func TestAsyncIgnoresRemoteRounds(t *testing.T) {
+	c := NewSyncClock(2, math.MaxInt32)
+	c.SetActive(0, true)
+	c.Observe(1, 0, true)
+	for range 100 {
+		c.Advance(0)
+	}
+	if st := c.Status("async"); st.Waits != 0 || st.MaxRound != 100 {
+		t.Fatalf("status %+v", st)
+	}
+}

@@ -191,6 +191,7 @@ func (j *logregJob) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.A
 func (j *logregJob) NewPartition(index int, out runtime.Emitter) runtime.Operator {
 	p := &logregPart{job: j, index: index, out: out, learner: j.model.NewLearner(), prog: learners.NewProgressive(j.window),
 		drift: learners.NewPageHinkley(), limit: math.MaxInt, pend: j.newPending()}
+	p.share.landing = make(chan struct{}, 1)
 	p.pub.snap = p.prog.Clone()
 	if j.sharing() {
 		p.learner.SetShared()
@@ -290,6 +291,7 @@ func (p *logregPart) Process(recs []runtime.Record, logged bool) {
 	if !p.active {
 		p.job.clock.SetActive(p.index, true)
 		p.active = true
+		p.share.busy, p.share.round = true, p.job.clock.Round(p.index)
 		if p.job.sharing() {
 			p.adoptMetrics()
 		}
@@ -366,6 +368,12 @@ func (p *logregPart) learn(r *runtime.Record, feats []learners.Feature, label bo
 // Coordinate merges at the end of a group of batches, then waits for the
 // other partitions as the job's consistency says.
 func (p *logregPart) Coordinate() {
+	if p.job.pacesRemote() {
+		// The delta completes the round: other nodes' partitions wait
+		// for it.
+		p.share.round = p.job.clock.Round(p.index) + 1
+		p.awaitLanded()
+	}
 	p.merge()
 	p.job.clock.Advance(p.index)
 }
@@ -376,6 +384,7 @@ func (p *logregPart) Idle(final bool) time.Duration {
 	if p.active {
 		p.job.clock.SetActive(p.index, false)
 		p.active = false
+		p.share.busy = false
 	}
 	now := time.Now()
 	if p.job.sharing() {

@@ -26,18 +26,34 @@ import (
 // Between its send and the apply of its delta a partition's learner
 // predicts from the global model without the updates it sent: a lag of
 // one round trip. The names dictionary stays each node's own (it names
-// the features that node saw). Consistency rounds (bsp, ssp) pace the
-// partitions that have work on the same node only: the clock is each
-// node's, and a node waits for none of another node's partitions. Model
-// import is not supported (it would replace one node's copy only).
+// the features that node saw). Model import is not supported (it would
+// replace one node's copy only).
+//
+// Consistency rounds (bsp, ssp) pace the partitions across nodes: under
+// them a delta says which round its partition completed and whether the
+// partition is busy (format deltaFormatRound), and a node applying the
+// delta of a partition it does not run records that in its clock
+// (runtime.SyncClock.Observe), so its own partitions wait for the remote
+// ones as for each other. A partition that goes idle says so in a delta
+// (with nothing else, if need be); one whose owner died says nothing and
+// counts as idle after the clock's silence. Under bsp and ssp a partition
+// sends its round's delta only once its previous one was applied on its
+// node (at most maxInFlight): a round is announced with its updates.
+// Remote partitions count as having merged a round when their delta is
+// applied here, local ones when they sent it (their learners see their
+// updates in flight).
 //
 // A delta, little-endian:
 //
-//	byte     format (deltaFormat, or deltaFormatExtra)
+//	byte     format (deltaFormat, deltaFormatExtra or deltaFormatRound)
 //	uvarint  partition
 //	uvarint  lastSeq: sequence number of the last event the delta holds
 //	uvarint  labelled events learned (the model's update count grows by it)
-//	         format deltaFormatExtra only:
+//	         format deltaFormatRound only:
+//	uvarint  round: the consistency rounds the partition completed, this
+//	         delta's included (at most maxDeltaRound)
+//	uvarint  flags: 1 the partition is busy, 0 it went idle
+//	         formats deltaFormatExtra and deltaFormatRound:
 //	uvarint  a drift action (drift.go), applied after the delta's slots; 0 none
 //	uvarint  length of the changes of the partition's held predictions
 //	         (labels_ft.go: counts and changes), 0 if none, then that many bytes
@@ -58,11 +74,24 @@ var (
 // deltaFormatExtra is a delta that also carries a drift action or
 // changes of the partition's held predictions (delayed labels): every
 // node keeps each partition's held set as of its last delta, so that a
-// node taking the partition over has it.
+// node taking the partition over has it. deltaFormatRound also carries
+// the partition's consistency round and activity: sent by jobs under bsp
+// or ssp only, so that an async job's deltas stay readable by nodes that
+// predate it.
 const (
 	deltaFormat      = 1
 	deltaFormatExtra = 2
+	deltaFormatRound = 3
 )
+
+// deltaBusy is the flag of a deltaFormatRound delta whose partition is
+// busy.
+const deltaBusy = 1
+
+// maxDeltaRound bounds a delta's round: far more than any job completes
+// (a round a millisecond for 35 years), small enough that a round plus
+// any staleness never overflows in the clock.
+const maxDeltaRound = 1 << 40
 
 // metricsEvery is how often at most a partition's deltas carry its
 // progressive metrics (tens of kilobytes each).
@@ -109,6 +138,13 @@ type partShare struct {
 	// sentCounts are the held predictions' counts the last delta sent;
 	// encCounts those of the delta being sent.
 	sentCounts, encCounts labelCounts
+	// round and busy are what the partition's next delta announces under
+	// bsp and ssp: the rounds it completed, and whether it has work;
+	// sentRound and sentBusy what its last one announced.
+	round, sentRound uint64
+	busy, sentBusy   bool
+	// landing gets a token when a delta of the partition is applied here.
+	landing chan struct{}
 }
 
 // ShareDeltas switches the job to shared deltas (runtime.Sharing); called
@@ -146,7 +182,7 @@ func (p *logregPart) sendDelta(now time.Time, force bool) {
 		return
 	}
 	metrics := p.metricsDue(now, force)
-	if p.learner.Pending() == 0 && p.learner.Touched() == 0 && p.share.sentSeq == p.lastSeq && metrics == nil && p.share.action == 0 && !p.heldChanged() {
+	if p.learner.Pending() == 0 && p.learner.Touched() == 0 && p.share.sentSeq == p.lastSeq && metrics == nil && p.share.action == 0 && !p.heldChanged() && !p.announceDue() {
 		return
 	}
 	delta := p.encodeDelta(metrics)
@@ -162,6 +198,7 @@ func (p *logregPart) sendDelta(now time.Time, force bool) {
 
 func (p *logregPart) deltaSent(now time.Time, withMetrics bool) {
 	p.job.share.sent.Add(1)
+	p.announced()
 	p.share.action = 0
 	p.share.sentCounts = p.share.encCounts
 	p.share.sentSeq, p.share.sentAt = p.lastSeq, now
@@ -176,6 +213,9 @@ func (p *logregPart) deltaSent(now time.Time, withMetrics bool) {
 // may claim them (replayed), and its metrics are retried in metricsEvery.
 func (p *logregPart) sendFailed(now time.Time, withMetrics bool) {
 	p.job.share.sendErrors.Add(1)
+	// Not retried alone: the next delta carries the round, and other
+	// nodes count a partition they hear nothing from as idle.
+	p.announced()
 	if p.lastSeq != p.share.sentSeq {
 		p.share.gapUpTo = p.lastSeq
 	}
@@ -225,7 +265,7 @@ func (p *logregPart) inFlight(now time.Time) bool {
 // idleWait is how soon an idle partition wants to be called again: to
 // send what waited for a delta in flight, or metrics that changed.
 func (p *logregPart) idleWait(now time.Time) time.Duration {
-	if p.inFlight(now) && (p.learner.Pending() > 0 || p.learner.Touched() > 0 || p.lastSeq != p.share.sentSeq) {
+	if p.inFlight(now) && (p.learner.Pending() > 0 || p.learner.Touched() > 0 || p.lastSeq != p.share.sentSeq || p.announceDue()) {
 		return retryInFlight
 	}
 	return p.metricsWait(now)
@@ -259,8 +299,19 @@ func (p *logregPart) encodeDelta(metrics []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(p.index))
 	b = binary.AppendUvarint(b, p.lastSeq)
 	b = binary.AppendUvarint(b, uint64(p.learner.Pending()))
-	if held := p.heldChanges(); p.share.action != 0 || held != nil {
+	held := p.heldChanges()
+	if p.job.pacesRemote() {
+		b[0] = deltaFormatRound
+		b = binary.AppendUvarint(b, p.share.round)
+		var flags uint64
+		if p.share.busy {
+			flags = deltaBusy
+		}
+		b = binary.AppendUvarint(b, flags)
+	} else if p.share.action != 0 || held != nil {
 		b[0] = deltaFormatExtra
+	}
+	if b[0] != deltaFormat {
 		b = binary.AppendUvarint(b, p.share.action)
 		b = binary.AppendUvarint(b, uint64(len(held)))
 		b = append(b, held...)
@@ -280,18 +331,27 @@ type deltaHeader struct {
 	held      *heldChanges          // nil if none
 	metrics   *learners.Progressive // nil if none
 	slots     []byte
+	// round and busy are there if rounds (deltaFormatRound).
+	rounds bool
+	round  uint64
+	busy   bool
 }
 
 // readDeltaHeader decodes and checks a delta's header, held predictions
 // and metrics.
 func (j *logregJob) readDeltaHeader(delta []byte) (h deltaHeader, err error) {
-	if len(delta) == 0 || delta[0] != deltaFormat && delta[0] != deltaFormatExtra {
-		return h, fmt.Errorf("%w: not format %d or %d", errBadDelta, deltaFormat, deltaFormatExtra)
+	if len(delta) == 0 || delta[0] < deltaFormat || delta[0] > deltaFormatRound {
+		return h, fmt.Errorf("%w: not format %d, %d or %d", errBadDelta, deltaFormat, deltaFormatExtra, deltaFormatRound)
 	}
 	r := deltaReader{rest: delta[1:]}
 	part, lastSeq, labelled := r.uvarint(), r.uvarint(), r.uvarint()
 	var held []byte
-	if delta[0] == deltaFormatExtra {
+	var flags uint64
+	if delta[0] == deltaFormatRound {
+		h.rounds, h.round, flags = true, r.uvarint(), r.uvarint()
+		h.busy = flags == deltaBusy
+	}
+	if delta[0] != deltaFormat {
 		h.action = r.uvarint()
 		held = r.bytes(r.uvarint())
 	}
@@ -301,6 +361,10 @@ func (j *logregJob) readDeltaHeader(delta []byte) (h deltaHeader, err error) {
 		return h, r.err
 	case h.action > actionReset:
 		return h, fmt.Errorf("%w: drift action %d", errBadDelta, h.action)
+	case flags > deltaBusy:
+		return h, fmt.Errorf("%w: flags %#x", errBadDelta, flags)
+	case h.round > maxDeltaRound:
+		return h, fmt.Errorf("%w: round %d", errBadDelta, h.round)
 	case part >= uint64(len(j.parts)):
 		return h, fmt.Errorf("%w: partition %d of a job of %d", errBadDelta, part, len(j.parts))
 	case labelled > maxDeltaEvents:
@@ -390,15 +454,55 @@ func (j *logregJob) applyDelta(h deltaHeader, version uint64) error {
 		j.committed[h.partition].apply(h.held.counts, h.held.ops, false, j.ft != nil)
 	}
 	j.act(h.action)
-	j.parts[h.partition].share.appliedMark.Store(h.lastSeq + 1)
+	p := j.parts[h.partition]
+	own := p.share.sentMark.Load() > h.lastSeq
+	p.share.appliedMark.Store(h.lastSeq + 1)
+	select {
+	case p.share.landing <- struct{}{}:
+	default:
+	}
+	if h.rounds && !own {
+		j.clock.Observe(h.partition, h.round, h.busy)
+	}
 	if h.metrics != nil {
-		j.parts[h.partition].installMetrics(h.metrics, h.lastSeq)
+		p.installMetrics(h.metrics, h.lastSeq)
 	}
 	if j.ft != nil {
 		// The events are in the cluster's input streams: none is unlogged.
 		j.ft.Unit(0).Merged(int(h.labelled), 0, j.merge.learned)
 	}
 	return nil
+}
+
+// pacesRemote says whether the job's partitions wait for those of other
+// nodes: its deltas then carry their rounds.
+func (j *logregJob) pacesRemote() bool {
+	return j.sharing() && j.consistency != runtime.ConsistencyAsync
+}
+
+// announceDue says whether the partition's round or activity changed
+// since its last delta: the next one must say so, even with nothing
+// else, or other nodes would wait for it.
+func (p *logregPart) announceDue() bool {
+	return p.job.pacesRemote() && (p.share.round != p.share.sentRound || p.share.busy != p.share.sentBusy)
+}
+
+func (p *logregPart) announced() {
+	p.share.sentRound, p.share.sentBusy = p.share.round, p.share.busy
+}
+
+// awaitLanded waits until the partition's delta in flight, if any, was
+// applied here (at most maxInFlight after its send), so that the next
+// one, announcing a round, carries the round's updates.
+func (p *logregPart) awaitLanded() {
+	for now := time.Now(); p.inFlight(now); now = time.Now() {
+		t := time.NewTimer(maxInFlight - now.Sub(p.share.sentAt))
+		select {
+		case <-p.share.landing:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // installMetrics makes m, sent by the partition's owner with events up to

@@ -172,9 +172,15 @@ func testSpec(partitions int) runtime.Spec {
 // ingest sends lines to the engine's stream in requests of 200.
 func ingest(t *testing.T, e *runtime.Engine, lines []string) {
 	t.Helper()
+	ingestBy(t, e, lines, 200)
+}
+
+// ingestBy sends lines to the engine's stream in requests of size.
+func ingestBy(t *testing.T, e *runtime.Engine, lines []string, size int) {
+	t.Helper()
 	var p fastjson.Parser
 	for len(lines) > 0 {
-		n := min(200, len(lines))
+		n := min(size, len(lines))
 		b, err := e.NewBatch("s")
 		if err != nil {
 			t.Fatal(err)
@@ -406,6 +412,15 @@ func craftExtra(part, lastSeq, labelled, action uint64, held, metrics, slots []b
 	return append(append(b, metrics...), slots...)
 }
 
+// craftRound is a delta of format deltaFormatRound.
+func craftRound(part, lastSeq, labelled, round, flags uint64, slots []byte) []byte {
+	b := []byte{deltaFormatRound}
+	for _, v := range []uint64{part, lastSeq, labelled, round, flags, 0, 0, 0} {
+		b = binary.AppendUvarint(b, v)
+	}
+	return append(b, slots...)
+}
+
 // heldSection is the changes of a held set: one prediction added.
 func heldSection() []byte {
 	e := &pendingEntry{id: "a", ts: 1, prob: 0.25, feats: []learners.Feature{{Hash: 3, Value: 1}}}
@@ -508,6 +523,10 @@ func TestMalformedDeltasAreRefused(t *testing.T) {
 		"gap past the last slot": craft(0, 1, 1, nil, append(slotSection(2, 3, 1, 0.5), append(binary.AppendUvarint(nil, nslots-4), 1, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f)...)),
 		"no slot section":        craft(0, 1, 1, nil, nil),
 		"truncated header only":  good[:2],
+		"unknown format":         append([]byte{deltaFormatRound + 1}, good[1:]...),
+		"unknown round flag":     craftRound(0, 1, 1, 1, 2, slotSection(1, 3, 1, 0.5)),
+		"huge round":             craftRound(0, 1, 1, maxDeltaRound+1, 1, slotSection(1, 3, 1, 0.5)),
+		"round cut short":        craftRound(0, 1, 1, 1, 1, nil)[:5],
 	}
 	// The huge metrics length, in a header of its own.
 	cases["huge metrics length"] = append(binary.AppendUvarint(binary.AppendUvarint(binary.AppendUvarint(binary.AppendUvarint([]byte{deltaFormat}, 0), 1), 1), 1<<60), 1, 2, 3)
@@ -617,6 +636,7 @@ func FuzzLogregApplyDelta(f *testing.F) {
 	f.Add(craft(0, 3, 2, metrics, h.slots))
 	f.Add(craft(1, 1, 1, nil, []byte{0}))
 	f.Add(craftExtra(1, 4, 0, actionResetRates, heldSection(), metrics, h.slots))
+	f.Add(craftRound(1, 5, 2, 7, deltaBusy, h.slots))
 	var version uint64
 	f.Fuzz(func(t *testing.T, data []byte) {
 		version++
