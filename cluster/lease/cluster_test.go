@@ -272,7 +272,6 @@ func (c *testCluster) bucketReader() jetstream.KeyValue {
 }
 
 func (c *testCluster) ownedAgainstBucket(kv jetstream.KeyValue) string {
-	ms := c.managers()
 	inBucket := make(map[string]leaseValue)
 	for _, k := range c.currentKeys() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -282,6 +281,9 @@ func (c *testCluster) ownedAgainstBucket(kv jetstream.KeyValue) string {
 			inBucket[k] = decodeLease(entry{rev: e.Revision(), value: e.Value()})
 		}
 	}
+	// The nodes after the read: a node that crashed (Abort) and came back
+	// under its name is the new one by the time the bucket shows its lease.
+	ms := c.managers()
 	for name, m := range ms {
 		for k, tok := range m.Owned() {
 			v, ok := inBucket[k]
