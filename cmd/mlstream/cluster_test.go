@@ -619,3 +619,23 @@ func TestClusterBSPAcrossNodes(t *testing.T) {
 	// whether n3's were busy when it stopped: logged, not asserted.)
 	t.Logf("model version %d on every node; remote waits %d", st[0].Model.Version, remote)
 }
+
+// `mlstream demo --nodes 3` on a data directory that does not exist yet
+// (a newcomer's first run) starts three nodes that form one cluster, and
+// every node serves the demo's jobs.
+func TestDemoClusterOnAFreshDirectory(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "mlstream-data")
+	demo := start(t, "demo", "--nodes", "3", "--addr", freeAddr(t), "--data", data, "--rate", "500")
+	var st cluster.Status
+	waitUntil(t, 60*time.Second, "the demo's cluster of three", func() bool {
+		resp, err := http.Get(demo.url() + "/v1/cluster")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&st) == nil && len(st.Nodes) == 3
+	})
+	for _, nd := range st.Nodes {
+		getJob(t, "http://"+nd.Addr, "clicks", nil)
+	}
+}

@@ -41,6 +41,10 @@ func startDemoCluster(o *serverOptions, n int, stderr io.Writer) (*demoCluster, 
 		}
 	}
 	root := o.data
+	// The children's logs go to root, which a first demo has not made yet.
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
 	peers := strings.Join(routes, ",")
 	o.cl.node, o.cl.routeAddr, o.cl.peers, o.data = "n1", routes[0], peers, filepath.Join(root, "n1")
 	dc := &demoCluster{urls: []string{dashboardURL("http", o.addr)}}
