@@ -139,8 +139,7 @@ type lagTable struct {
 	mu   sync.Mutex
 	lags map[string]lagEntry // id.p → lag
 	sub  *nats.Subscription
-	quit chan struct{}
-	done chan struct{}
+	loop *loop
 }
 
 type lagEntry struct {
@@ -158,7 +157,6 @@ type lagReport struct {
 
 func (t *lagTable) start(n *Node) error {
 	t.lags = map[string]lagEntry{}
-	t.quit, t.done = make(chan struct{}), make(chan struct{})
 	var err error
 	t.sub, err = n.nc.Subscribe(lagSubject, func(m *nats.Msg) {
 		var reps []lagReport
@@ -169,7 +167,7 @@ func (t *lagTable) start(n *Node) error {
 	if err != nil {
 		return err
 	}
-	go t.report(n)
+	t.loop = startLoop(lagEvery, func() { t.report(n) })
 	return nil
 }
 
@@ -184,31 +182,21 @@ func (t *lagTable) record(reps []lagReport) {
 
 // report publishes the lag of the partitions this node owns.
 func (t *lagTable) report(n *Node) {
-	defer close(t.done)
-	tick := time.NewTicker(lagEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-t.quit:
-			return
-		case <-tick.C:
-		}
-		var reps []lagReport
-		for _, st := range n.jobsList() {
-			for _, ps := range st.parts {
-				if ps.owned.Load() {
-					lag := ps.lag.Load()
-					if st.job != nil {
-						lag = max(lag, st.job.Depth(ps.p))
-					}
-					reps = append(reps, lagReport{st.id, ps.p, lag})
+	var reps []lagReport
+	for _, st := range n.jobsList() {
+		for _, ps := range st.parts {
+			if ps.owned.Load() {
+				lag := ps.lag.Load()
+				if st.job != nil {
+					lag = max(lag, st.job.Depth(ps.p))
 				}
+				reps = append(reps, lagReport{st.id, ps.p, lag})
 			}
 		}
-		if len(reps) > 0 {
-			data, _ := json.Marshal(reps)
-			_ = n.nc.Publish(lagSubject, data)
-		}
+	}
+	if len(reps) > 0 {
+		data, _ := json.Marshal(reps)
+		_ = n.nc.Publish(lagSubject, data)
 	}
 }
 
@@ -230,11 +218,7 @@ func (t *lagTable) check(st *jobState, parts [][]runtime.Record, maxLag int64) e
 }
 
 func (t *lagTable) stop() {
-	if t.quit == nil {
-		return
-	}
-	close(t.quit)
-	<-t.done
+	t.loop.stop()
 	if t.sub != nil {
 		_ = t.sub.Unsubscribe()
 	}

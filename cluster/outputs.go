@@ -30,14 +30,17 @@ import (
 type outputs struct {
 	n      *Node
 	subs   []*nats.Subscription
-	quit   chan struct{}
-	done   chan struct{}
+	loop   *loop
 	fence  fence
 	rates  *rates
 	leases atomic.Pointer[lease.Manager] // set once the node joined
 
 	mu    sync.RWMutex
 	wants map[string]remoteWants // by node
+
+	// The last announcement sent and when (the loop's only).
+	lastWants   string
+	lastWantsAt time.Time
 }
 
 type remoteWants struct {
@@ -62,7 +65,7 @@ const (
 )
 
 func newOutputs(n *Node) *outputs {
-	return &outputs{n: n, wants: map[string]remoteWants{}, quit: make(chan struct{}), done: make(chan struct{}),
+	return &outputs{n: n, wants: map[string]remoteWants{},
 		fence: fence{high: map[partKey]uint64{}}, rates: newRates(n)}
 }
 
@@ -85,13 +88,12 @@ func (o *outputs) start() error {
 		return err
 	}
 	o.n.engine.Hub().SetTap(o)
-	go o.announceLoop()
+	o.loop = startLoop(wantsEvery/4, o.announce)
 	return nil
 }
 
 func (o *outputs) stop() {
-	close(o.quit)
-	<-o.done
+	o.loop.stop()
 	o.rates.stop()
 	o.stopSubs()
 }
@@ -211,29 +213,18 @@ func (o *outputs) receiveWants(m *nats.Msg) {
 	o.mu.Unlock()
 }
 
-// announceLoop tells the other nodes what this node's clients want.
-func (o *outputs) announceLoop() {
-	defer close(o.done)
-	tick := time.NewTicker(wantsEvery / 4)
-	defer tick.Stop()
-	var last string
-	var lastAt time.Time
-	for {
-		select {
-		case <-o.quit:
-			return
-		case <-tick.C:
-		}
-		o.learnLeases()
-		wants := o.n.engine.Hub().LocalWants()
-		sort.Slice(wants, func(i, j int) bool {
-			return wants[i][0] < wants[j][0] || wants[i][0] == wants[j][0] && wants[i][1] < wants[j][1]
-		})
-		data, _ := json.Marshal(wantsMsg{Node: o.n.cfg.Node, Wants: wants})
-		if string(data) != last || time.Since(lastAt) >= wantsEvery {
-			if o.n.nc.Publish(wantsSubject, data) == nil {
-				last, lastAt = string(data), time.Now()
-			}
+// announce tells the other nodes what this node's clients want: when it
+// changed, and every wantsEvery anyway.
+func (o *outputs) announce() {
+	o.learnLeases()
+	wants := o.n.engine.Hub().LocalWants()
+	sort.Slice(wants, func(i, j int) bool {
+		return wants[i][0] < wants[j][0] || wants[i][0] == wants[j][0] && wants[i][1] < wants[j][1]
+	})
+	data, _ := json.Marshal(wantsMsg{Node: o.n.cfg.Node, Wants: wants})
+	if string(data) != o.lastWants || time.Since(o.lastWantsAt) >= wantsEvery {
+		if o.n.nc.Publish(wantsSubject, data) == nil {
+			o.lastWants, o.lastWantsAt = string(data), time.Now()
 		}
 	}
 }

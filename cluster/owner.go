@@ -117,6 +117,19 @@ func (ps *partState) stop(graceful bool) {
 	}
 }
 
+// fencedOff stops the run of token after a write of it (a backup, a
+// delta) was refused as fenced, but not a newer run of this node that
+// took the partition over since. Marked orphaned, the partition starts
+// again if its lease turns out to be still this node's (Node.resumeOwned).
+func (ps *partState) fencedOff(token uint64) {
+	if ps.token.Load() != token {
+		return
+	}
+	ps.st.n.log.Warn("fenced off: a newer owner took the partition over", append(ps.log(), "token", token)...)
+	ps.stop(false)
+	ps.orphaned.Store(true)
+}
+
 // handOver processes what was delivered, has the operator merge, and
 // writes a last backup marked released, waiting for it.
 func (ps *partState) handOver(r *ownerRun) {
@@ -670,6 +683,33 @@ func (r *posRing) backedUp(rec, resume uint64, skip int) {
 	}
 	r.entries = append(r.entries[:0], r.entries[i:]...)
 	r.mu.Unlock()
+}
+
+// loop is a goroutine running a step every period, for the parts that
+// must stop before the node's connection closes: stop waits for it.
+type loop struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startLoop(period time.Duration, step func()) *loop {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &loop{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		every(ctx, period, step)
+	}()
+	return l
+}
+
+// stop ends the loop and waits for its last step; nil is a loop never
+// started.
+func (l *loop) stop() {
+	if l == nil {
+		return
+	}
+	l.cancel()
+	<-l.done
 }
 
 // every runs fn every d until ctx ends.

@@ -45,8 +45,7 @@ type ratesMsg struct {
 type rates struct {
 	n    *Node
 	sub  *nats.Subscription
-	quit chan struct{}
-	done chan struct{}
+	loop *loop
 
 	mu     sync.Mutex
 	latest map[string]nodeRatesAt // by node, this one's included
@@ -61,7 +60,7 @@ type nodeRatesAt struct {
 }
 
 func newRates(n *Node) *rates {
-	return &rates{n: n, quit: make(chan struct{}), done: make(chan struct{}), latest: map[string]nodeRatesAt{}}
+	return &rates{n: n, latest: map[string]nodeRatesAt{}}
 }
 
 func (r *rates) start() error {
@@ -71,13 +70,12 @@ func (r *rates) start() error {
 	}
 	r.sub = sub
 	r.prev = r.sample(time.Now())
-	go r.loop()
+	r.loop = startLoop(ratesEvery, r.publish)
 	return nil
 }
 
 func (r *rates) stop() {
-	close(r.quit)
-	<-r.done
+	r.loop.stop()
 	if r.sub != nil {
 		_ = r.sub.Unsubscribe()
 	}
@@ -114,25 +112,17 @@ func (r *rates) of(now time.Time) map[string]NodeRates {
 	return out
 }
 
-// loop publishes this node's rates every ratesEvery. Its own rates are
-// recorded directly: a node shows them even while NATS does not deliver.
-func (r *rates) loop() {
-	defer close(r.done)
-	tick := time.NewTicker(ratesEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-r.quit:
-			return
-		case now := <-tick.C:
-			cur := r.sample(now)
-			nr := cur.ratesSince(r.prev)
-			r.prev = cur
-			r.record(r.n.cfg.Node, nr, now)
-			data, _ := json.Marshal(ratesMsg{Node: r.n.cfg.Node, Rates: nr})
-			_ = r.n.nc.Publish(ratesSubject, data)
-		}
-	}
+// publish sends this node's rates since the last time (every
+// ratesEvery). Its own rates are recorded directly: a node shows them
+// even while NATS does not deliver.
+func (r *rates) publish() {
+	now := time.Now()
+	cur := r.sample(now)
+	nr := cur.ratesSince(r.prev)
+	r.prev = cur
+	r.record(r.n.cfg.Node, nr, now)
+	data, _ := json.Marshal(ratesMsg{Node: r.n.cfg.Node, Rates: nr})
+	_ = r.n.nc.Publish(ratesSubject, data)
 }
 
 // rateSample is this node's counters at one time.

@@ -219,8 +219,7 @@ func (s *sharing) send(p int, lastSeq uint64, delta []byte) error {
 	s.stamp(m, token, position{rec: lastSeq, resume: resume, skip: skip})
 	seq, err := s.publish(m, ps.lastDelta.Load())
 	if errors.Is(err, errFenced) {
-		s.st.n.log.Warn("fenced off: a newer owner took the partition over", "job", s.st.name(), "partition", p, "token", token)
-		go s.fenced(ps, token)
+		go ps.fencedOff(token)
 		return err
 	}
 	if err != nil {
@@ -232,17 +231,6 @@ func (s *sharing) send(p int, lastSeq uint64, delta []byte) error {
 }
 
 var errNotOwned = errors.New("cluster: this node does not own the partition")
-
-// fenced stops the run of token whose delta was refused, not a newer run
-// of this node that took the partition over meanwhile; if the lease is
-// still this node's, Node.resumeOwned starts it again.
-func (s *sharing) fenced(ps *partState, token uint64) {
-	if ps.token.Load() != token {
-		return
-	}
-	s.st.release(ps.p, false)
-	ps.orphaned.Store(true)
-}
 
 func (s *sharing) stamp(m *nats.Msg, token uint64, pos position) {
 	m.Header.Set(hdrToken, strconv.FormatUint(token, 10))

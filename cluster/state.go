@@ -86,11 +86,7 @@ type stateStore struct {
 func (s *stateStore) fence(ctx context.Context, key string, token uint64) (h stateHeader, state []byte, rev uint64, err error) {
 	for {
 		var e stateEntry
-		err = natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
-			var err error
-			e, err = s.n.leaderGet(ctx, key)
-			return err
-		})
+		e, err = s.latest(ctx, key)
 		mark := stateHeader{Token: token, Node: s.n.cfg.Node, Created: time.Now().UTC(), Empty: true}
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			err = natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
@@ -183,12 +179,7 @@ func (s *stateStore) write(ctx context.Context, key string, rev uint64, h stateH
 // backup h (this write's own, stored by a try whose answer was lost),
 // else orig.
 func (s *stateStore) ownWrite(ctx context.Context, key string, h stateHeader, orig error) (uint64, error) {
-	var e stateEntry
-	err := natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
-		var err error
-		e, err = s.n.leaderGet(ctx, key)
-		return err
-	})
+	e, err := s.latest(ctx, key)
 	if err != nil {
 		return 0, err // not known: a failed write, not a fenced one
 	}
@@ -199,14 +190,19 @@ func (s *stateStore) ownWrite(ctx context.Context, key string, h stateHeader, or
 	return e.rev, nil
 }
 
-// read returns a unit's latest backup (ok false when there is none).
-func (s *stateStore) read(ctx context.Context, key string) (h stateHeader, state []byte, ok bool, err error) {
-	var e stateEntry
+// latest is key's entry as the bucket's leader has it, each try bounded
+// by callWait and retried while ctx lasts (ErrKeyNotFound when none).
+func (s *stateStore) latest(ctx context.Context, key string) (e stateEntry, err error) {
 	err = natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
-		var err error
 		e, err = s.n.leaderGet(ctx, key)
 		return err
 	})
+	return e, err
+}
+
+// read returns a unit's latest backup (ok false when there is none).
+func (s *stateStore) read(ctx context.Context, key string) (h stateHeader, state []byte, ok bool, err error) {
+	e, err := s.latest(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return h, nil, false, nil
 	}
@@ -609,12 +605,13 @@ func (u *unitFT) backup(released bool, then chan error) {
 			// Only the run that wrote it stops: a write queued by an
 			// earlier run of this node fails against the current one's
 			// take-over record, and must not end it.
-			if u.owned() && u.token() == token {
+			switch {
+			case !u.owned() || u.token() != token:
+			case u.part >= 0:
+				st.parts[u.part].fencedOff(token)
+			default:
 				st.n.log.Warn("fenced off: a newer owner took over", "job", st.name(), "partition", u.part)
 				st.release(u.part, false)
-				if u.part >= 0 {
-					st.parts[u.part].orphaned.Store(true)
-				}
 			}
 		}})
 }
