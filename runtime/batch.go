@@ -58,17 +58,23 @@ func (e *Engine) NewBatch(stream string) (*Batch, error) {
 	now := time.Now()
 	b := &Batch{e: e, stream: stream, now: now, nowMs: now.UnixMilli()}
 	for _, j := range readers {
-		// parts is the batch's own: once lent, bufs.parts may go to
-		// another request while this one still reads its lengths.
-		jb := &jobBatch{job: j, bufs: getBuffers(len(j.parts)), parts: make([][]Record, len(j.parts))}
-		copy(jb.parts, jb.bufs.parts)
-		jb.arena.feats, jb.arena.vals = jb.bufs.feats, jb.bufs.vals
+		jb := newJobBatch(j)
 		if j.spec.Right == stream {
 			jb.side = 1
 		}
 		b.jobs = append(b.jobs, jb)
 	}
 	return b, nil
+}
+
+// newJobBatch is one job's part of a request, on pooled buffers.
+func newJobBatch(j *Job) *jobBatch {
+	// parts is the batch's own: once lent, bufs.parts may go to another
+	// request while this one still reads its lengths.
+	jb := &jobBatch{job: j, bufs: getBuffers(len(j.parts)), parts: make([][]Record, len(j.parts))}
+	copy(jb.parts, jb.bufs.parts)
+	jb.arena.feats, jb.arena.vals = jb.bufs.feats, jb.bufs.vals
+	return jb
 }
 
 // Expect sizes the batch for about n events, so that extraction does not

@@ -44,13 +44,8 @@ func (e *Engine) NewJobBatch(name string) (*Batch, error) {
 	if e.mu.closed {
 		return nil, ErrClosed
 	}
-	b := &Batch{e: e, stream: j.spec.Input}
-	b.now = time.Now()
-	b.nowMs = b.now.UnixMilli()
-	jb := &jobBatch{job: j, bufs: getBuffers(len(j.parts)), parts: make([][]Record, len(j.parts))}
-	copy(jb.parts, jb.bufs.parts)
-	jb.arena.feats, jb.arena.vals = jb.bufs.feats, jb.bufs.vals
-	b.jobs = append(b.jobs, jb)
+	now := time.Now()
+	b := &Batch{e: e, stream: j.spec.Input, now: now, nowMs: now.UnixMilli(), jobs: []*jobBatch{newJobBatch(j)}}
 	return b, nil
 }
 
