@@ -77,7 +77,7 @@ func (st *jobState) messages(parts [][]runtime.Record, key string) []*nats.Msg {
 	for p, recs := range parts {
 		for i := 0; len(recs) > 0; i++ {
 			k := min(len(recs), maxMsgRecords)
-			data := runtime.AppendRecords(make([]byte, 0, 64*k), recs[:k])
+			data := runtime.AppendRecords(make([]byte, 0, 24*k), recs[:k])
 			for len(data) > maxMsgBytes && k > 1 {
 				k /= 2
 				data = runtime.AppendRecords(data[:0], recs[:k])

@@ -555,7 +555,7 @@ const maxSilent = 3
 
 // deliver hands one message's events to the partition.
 func (ps *partState) deliver(r *ownerRun, msg jetstream.Msg, md *jetstream.MsgMetadata, skip *int) error {
-	recs, err := runtime.DecodeRecords(msg.Data())
+	logged, err := runtime.DecodeLogged(msg.Data())
 	if err != nil {
 		ps.st.n.log.Error("unreadable message in the log: skipped", append(ps.log(), "seq", md.Sequence.Stream, "err", err)...)
 		ps.st.n.stats.poison.Add(1)
@@ -564,17 +564,20 @@ func (ps *partState) deliver(r *ownerRun, msg jetstream.Msg, md *jetstream.MsgMe
 	}
 	skipped := 0
 	if *skip > 0 {
-		skipped = min(*skip, len(recs))
-		recs = recs[skipped:]
+		skipped = min(*skip, len(logged.Recs))
+		logged.Recs = logged.Recs[skipped:]
 		*skip = 0
 	}
-	ps.lag.Store(int64(md.NumPending)*int64(max(len(recs), 1)) + ps.st.job.Depth(ps.p))
-	if len(recs) == 0 {
+	n := len(logged.Recs)
+	ps.lag.Store(int64(md.NumPending)*int64(max(n, 1)) + ps.st.job.Depth(ps.p))
+	if n == 0 {
+		logged.Release()
 		return msg.Ack()
 	}
-	ps.ring.add(len(recs), md.Sequence.Stream, skipped)
-	err = ps.st.job.Deliver(r.ctx, ps.p, recs, func(uint64) { _ = msg.Ack() })
+	ps.ring.add(n, md.Sequence.Stream, skipped)
+	err = ps.st.job.Deliver(r.ctx, ps.p, logged, func(uint64) { _ = msg.Ack() })
 	if err != nil {
+		logged.Release()
 		return fmt.Errorf("delivering to the partition: %w", err)
 	}
 	return nil

@@ -31,6 +31,10 @@ type jobBatch struct {
 	// each of them to the same partition.
 	rr    uint64
 	keyed bool
+	// sticky (cluster mode) sends runs of stickyRun keyless events to
+	// one partition, starting at rr; keyless counts them.
+	sticky  bool
+	keyless uint64
 	side  uint8      // of a join: which of its streams this is
 	parts [][]Record // per partition
 	arena arena
@@ -59,6 +63,9 @@ func (e *Engine) NewBatch(stream string) (*Batch, error) {
 	b := &Batch{e: e, stream: stream, now: now, nowMs: now.UnixMilli()}
 	for _, j := range readers {
 		jb := newJobBatch(j)
+		if e.cfg.Cluster != nil {
+			jb.sticky, jb.rr = true, j.rr.Add(1)
+		}
 		if j.spec.Right == stream {
 			jb.side = 1
 		}
@@ -108,14 +115,33 @@ func (b *Batch) Add(v *fastjson.Value, line int) error {
 	return nil
 }
 
-// partition is the partition of an event with the given key: the job's
-// round robin for a keyless event, unless the request is keyed.
+// stickyRun is how many consecutive keyless events of a request go to
+// one partition in cluster mode. Each partition's share of a request is a
+// message in the cluster's log, whose cost is mostly per message: a
+// request of 1,000 keyless events is then one message rather than one
+// per partition (Kafka's producers stick keyless records to a partition
+// for the same reason). The load still spreads over partitions across
+// requests and within larger ones.
+const stickyRun = 2048
+
+// partition is the partition of an event with the given key. A keyless
+// event goes to the job's round robin, or, in a keyed request, the
+// request's own (a function of its key); in cluster mode to the
+// request's current sticky partition.
 func (jb *jobBatch) partition(key string) int {
-	if key != "" || !jb.keyed || len(jb.job.parts) == 1 {
+	n := uint64(len(jb.job.parts))
+	switch {
+	case key != "" || n == 1:
 		return jb.job.partitionFor(key)
+	case jb.sticky:
+		p := (jb.rr + jb.keyless/stickyRun) % n
+		jb.keyless++
+		return int(p)
+	case jb.keyed:
+		jb.rr++
+		return int(jb.rr % n)
 	}
-	jb.rr++
-	return int(jb.rr % uint64(len(jb.job.parts)))
+	return jb.job.partitionFor(key)
 }
 
 // SetKey makes the request's partitioning of events without a key a
@@ -354,10 +380,7 @@ func getBuffers(n int) *buffers {
 // will read them: one holder per partition with records. It returns nil
 // when there are none, and the arrays go back to the pool now.
 func (jb *jobBatch) lend() *buffers {
-	bufs := jb.bufs
-	jb.bufs = nil
-	copy(bufs.parts, jb.parts)
-	bufs.feats, bufs.vals = jb.arena.feats, jb.arena.vals
+	bufs := jb.takeBuffers()
 	n := int32(0)
 	for _, recs := range jb.parts {
 		if len(recs) > 0 {
@@ -394,14 +417,24 @@ func (bufs *buffers) put() {
 	bufferPool.Put(bufs)
 }
 
-// releaseBuffers returns the arrays of a batch that queued nothing.
+// releaseBuffers returns the arrays of a batch that queued nothing (or
+// that the cluster has encoded), as extraction grew them.
 func (b *Batch) releaseBuffers() {
 	for _, jb := range b.jobs {
 		if jb.bufs != nil {
-			jb.bufs.put()
-			jb.bufs = nil
+			jb.takeBuffers().put()
 		}
 	}
+}
+
+// takeBuffers takes the pooled buffers back with the arrays as extraction
+// grew them.
+func (jb *jobBatch) takeBuffers() *buffers {
+	bufs := jb.bufs
+	jb.bufs = nil
+	copy(bufs.parts, jb.parts)
+	bufs.feats, bufs.vals = jb.arena.feats, jb.arena.vals
+	return bufs
 }
 
 // reserve returns s emptied, with room for n elements.

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -72,9 +71,11 @@ func (j *Job) ResetPartition(p int, lastSeq uint64) {
 // p, waiting for room until ctx ends. They get the partition's next
 // sequence numbers; done (may be nil) is called on the partition's
 // goroutine once they are processed, with the sequence number of the
-// last. recs must stay untouched until then.
-func (j *Job) Deliver(ctx context.Context, p int, recs []Record, done func(lastSeq uint64)) error {
+// last, and then their arrays go back to the pool. On an error the
+// caller still owns them (Release).
+func (j *Job) Deliver(ctx context.Context, p int, l Logged, done func(lastSeq uint64)) error {
 	q := j.parts[p].q
+	recs := l.Recs
 	n := len(recs)
 	if int64(n) > q.capacity {
 		return fmt.Errorf("%w: %d events for a queue of %d", ErrTooLarge, n, q.capacity)
@@ -83,6 +84,10 @@ func (j *Job) Deliver(ctx context.Context, p int, recs []Record, done func(lastS
 		return err
 	}
 	b := &batch{recs: recs, enqueued: time.Now()}
+	if l.bufs != nil {
+		l.bufs.holders.Store(1)
+		b.bufs = l.bufs
+	}
 	if done != nil && n > 0 {
 		b.after = func() { done(recs[n-1].Seq) }
 	}
@@ -156,49 +161,6 @@ func Shares(spec Spec) bool {
 	}
 	_, ok := k.instance().(Sharing)
 	return ok
-}
-
-// AppendRecords encodes recs for the cluster's log (the item log's record
-// format, each record length-prefixed) after a count.
-func AppendRecords(b []byte, recs []Record) []byte {
-	b = binary.AppendUvarint(b, uint64(len(recs)))
-	var rec []byte
-	for i := range recs {
-		rec = appendRecord(rec[:0], &recs[i])
-		b = binary.AppendUvarint(b, uint64(len(rec)))
-		b = append(b, rec...)
-	}
-	return b
-}
-
-// DecodeRecords is the inverse of AppendRecords. The records' strings and
-// features are their own (copied from data). A count or length larger
-// than the data holds is refused before anything is allocated for it.
-func DecodeRecords(data []byte) ([]Record, error) {
-	n, k := binary.Uvarint(data)
-	if k <= 0 || n > uint64(len(data)) {
-		return nil, errBadRecord
-	}
-	data = data[k:]
-	recs := make([]Record, n)
-	// One block each for the strings, the values and the features (made
-	// at the first): they fit in what data holds (a feature takes 16
-	// bytes of it), so nothing grows and copies.
-	a := arena{bytes: make([]byte, 0, len(data)), vals: make([]string, 0, n), featHint: len(data) / 16}
-	for i := range recs {
-		l, k := binary.Uvarint(data)
-		if k <= 0 || l > uint64(len(data)-k) {
-			return nil, errBadRecord
-		}
-		if err := decodeRecord(data[k:k+int(l)], &recs[i], &a); err != nil {
-			return nil, err
-		}
-		data = data[k+int(l):]
-	}
-	if len(data) != 0 {
-		return nil, errBadRecord
-	}
-	return recs, nil
 }
 
 // Flush has partition p's operator merge what it holds (Operator.Idle)

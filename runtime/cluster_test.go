@@ -1,8 +1,10 @@
 package runtime
 
 import (
+	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/valyala/fastjson"
@@ -45,5 +47,76 @@ func TestKeyedRequestsSplitAlike(t *testing.T) {
 	}
 	if x, y := split(""), split(""); reflect.DeepEqual(x, y) {
 		t.Fatalf("keyless requests did not move the round robin on: %v", x)
+	}
+}
+
+// publishedSizes is a Cluster that records how many events of each
+// request went to each partition.
+type publishedSizes struct{ reqs [][]int }
+
+func (*publishedSizes) Attach(*Job) error { return nil }
+func (*publishedSizes) Detach(*Job)       {}
+func (c *publishedSizes) Publish(_ context.Context, _ *Job, parts [][]Record) error {
+	sizes := make([]int, len(parts))
+	for p, recs := range parts {
+		sizes[p] = len(recs)
+	}
+	c.reqs = append(c.reqs, sizes)
+	return nil
+}
+
+// In cluster mode a request's keyless events go to one partition in runs
+// of stickyRun (one log message rather than one per partition), keyed
+// events by their key, and successive requests start on other partitions.
+func TestClusterModeSticksKeylessEventsToAPartition(t *testing.T) {
+	pub := &publishedSizes{}
+	e := testEngine(t, Config{Cluster: pub})
+	mustPut(t, e, Spec{Name: "j", Kind: "heavy_hitters", Input: "s", Partitions: 4, Params: map[string]any{"field": "item", "key_field": "user"}})
+	post := func(key string, events int, keyed bool) {
+		b, err := e.NewBatch("s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.SetKey(key)
+		var p fastjson.Parser
+		for i := range events {
+			ev := fmt.Sprintf(`{"item":"i%d"}`, i)
+			if keyed {
+				ev = fmt.Sprintf(`{"item":"i%d","user":"u%d"}`, i, i)
+			}
+			v, _ := p.Parse(ev)
+			if err := b.Add(v, i+1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nonEmpty := func(sizes []int) (n int) {
+		for _, s := range sizes {
+			if s > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	post("", 1000, false)
+	post("", 1000, false)
+	post("k", 2*stickyRun+10, false)
+	post("k", 2*stickyRun+10, false)
+	post("", 1000, true)
+	r := pub.reqs
+	if nonEmpty(r[0]) != 1 || nonEmpty(r[1]) != 1 || reflect.DeepEqual(r[0], r[1]) {
+		t.Errorf("two keyless requests of 1,000 events: %v and %v, want each on one partition, not the same", r[0], r[1])
+	}
+	if !slices.Contains(r[2], stickyRun) || !slices.Contains(r[2], 10) || nonEmpty(r[2]) != 3 {
+		t.Errorf("a keyless request of %d events went %v, want runs of %d", 2*stickyRun+10, r[2], stickyRun)
+	}
+	if !reflect.DeepEqual(r[2], r[3]) {
+		t.Errorf("two attempts of a keyed request split differently: %v and %v", r[2], r[3])
+	}
+	if nonEmpty(r[4]) != 4 {
+		t.Errorf("1,000 events of distinct keys went to %v, want every partition", r[4])
 	}
 }

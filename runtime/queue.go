@@ -213,10 +213,10 @@ func (q *queue) done(b *batch) {
 	q.mu.Unlock()
 	q.depth.Add(-int64(n))
 	q.room.Release(int64(n))
-	b.bufs.release()
 	if b.after != nil {
-		b.after()
+		b.after() // before the release: it may read the records
 	}
+	b.bufs.release()
 }
 
 // close stops new pushes; what is queued is still processed.

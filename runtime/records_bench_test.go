@@ -36,9 +36,11 @@ func BenchmarkDecodeRecords(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := DecodeRecords(data); err != nil {
+				l, err := DecodeLogged(data)
+				if err != nil {
 					b.Fatal(err)
 				}
+				l.Release()
 			}
 		})
 	}

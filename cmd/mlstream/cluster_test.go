@@ -626,6 +626,13 @@ func TestClusterBSPAcrossNodes(t *testing.T) {
 func TestDemoClusterOnAFreshDirectory(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "mlstream-data")
 	demo := start(t, "demo", "--nodes", "3", "--addr", freeAddr(t), "--data", data, "--rate", "500")
+	// Stopped as a user does (Ctrl-C), which stops its nodes and waits for
+	// them, before the directory goes: killed, it would leave them writing.
+	t.Cleanup(func() {
+		if demo.cmd.Process.Signal(syscall.SIGINT) == nil {
+			demo.wait()
+		}
+	})
 	var st cluster.Status
 	waitUntil(t, 60*time.Second, "the demo's cluster of three", func() bool {
 		resp, err := http.Get(demo.url() + "/v1/cluster")
@@ -635,7 +642,16 @@ func TestDemoClusterOnAFreshDirectory(t *testing.T) {
 		defer resp.Body.Close()
 		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&st) == nil && len(st.Nodes) == 3
 	})
+	// A node joins the cluster before its HTTP server listens: wait for
+	// each to answer.
 	for _, nd := range st.Nodes {
-		getJob(t, "http://"+nd.Addr, "clicks", nil)
+		waitUntil(t, 30*time.Second, nd.Name+" serving the demo's job", func() bool {
+			resp, err := http.Get("http://" + nd.Addr + "/v1/jobs/clicks")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
 	}
 }
