@@ -35,9 +35,9 @@ type jobBatch struct {
 	// one partition, starting at rr; keyless counts them.
 	sticky  bool
 	keyless uint64
-	side  uint8      // of a join: which of its streams this is
-	parts [][]Record // per partition
-	arena arena
+	side    uint8      // of a join: which of its streams this is
+	parts   [][]Record // per partition
+	arena   arena
 	// bufs lend parts and the arena's features and values their arrays.
 	bufs      *buffers
 	shedStats shedStats

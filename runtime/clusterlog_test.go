@@ -88,7 +88,7 @@ func TestLogRecordsRefusesMalformed(t *testing.T) {
 		t.Error("a count of 2^40 records in 64 bytes was read")
 	}
 	bad := AppendRecords(nil, []Record{{Label: -1}}) // marker, version, count 1, base time 0, the record's flags
-	bad[4] |= 0xc0                                    // unknown bits
+	bad[4] |= 0xc0                                   // unknown bits
 	if _, err := DecodeLogged(bad); err == nil {
 		t.Error("unknown flags were read")
 	}
