@@ -66,7 +66,7 @@ type HeavyHitters struct {
 // also in the stream-summary (h.heap), which orders the counters; the
 // copy here spares a backup a random read of h.heap per counter, a cache
 // miss each once request handling has evicted the summary (a delta of
-// ~900 counters: 32 → ~20 µs).
+// ~900 counters: 31 → 24 µs).
 type hhSlot struct {
 	key    string
 	backed uint64 // the counter's count at the last backup (whichever item it held)
