@@ -132,7 +132,16 @@ func BenchmarkHeavyHittersDeltaBackup(b *testing.B) {
 // BenchmarkHeavyHittersBackup is one delta backup alone (the updates
 // between backups are not timed) after each 2,000 updates: about how often
 // the top Zipf item of the fault-tolerance benchmark moves by Θ = 1,000.
+// Sub-benchmark cold evicts the caches before each backup, as the request
+// handling between two backups of a partition does in the service.
 func BenchmarkHeavyHittersBackup(b *testing.B) {
+	b.Run("warm", func(b *testing.B) { benchBackup(b, nil) })
+	b.Run("cold", func(b *testing.B) { benchBackup(b, make([]byte, 32<<20)) })
+}
+
+// benchBackup times delta backups after each 2,000 updates, writing
+// through evict (when not nil) before each.
+func benchBackup(b *testing.B, evict []byte) {
 	h := NewHeavyHitters(2000)
 	s := benchStream
 	for _, k := range s[:200_000] {
@@ -153,6 +162,9 @@ func BenchmarkHeavyHittersBackup(b *testing.B) {
 			}
 		}
 		buf.Reset()
+		for k := 0; k < len(evict); k += 64 {
+			evict[k]++
+		}
 		b.StartTimer()
 		if err := h.BackupState(&buf, false); err != nil {
 			b.Fatal(err)
@@ -220,4 +232,21 @@ func TestMemoryPerSummary(t *testing.T) {
 		t.Logf("Distinct p=%d: %d bytes (library registers + shadow + bitset)", p, d.MemoryBytes())
 	}
 	t.Logf("HeavyHitters 2000 counters: %d bytes (items' strings shared with the stream)", hh)
+}
+
+// BenchmarkHeavyHittersFullBackup is one full backup of a full summary of
+// 2,000 counters (what compaction asks for every so many deltas).
+func BenchmarkHeavyHittersFullBackup(b *testing.B) {
+	h := NewHeavyHitters(2000)
+	for _, k := range benchStream[:200_000] {
+		h.Update(k, 1)
+	}
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		if err := h.BackupState(&buf, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "full-bytes")
 }

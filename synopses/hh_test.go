@@ -130,8 +130,11 @@ func checkInvariants(t *testing.T, h *HeavyHitters) {
 		if i > 0 && h.heap[(i-1)/4].count > e.count {
 			t.Fatalf("heap order at %d", i)
 		}
-		if s := h.slots[e.id]; h.index.find(s.key, hashKey(s.key), h.slots) != e.id || s.hash != hashKey(s.key) {
+		if s := h.slots[e.id]; h.index.find(s.key, hashKey(s.key), h.slots) != e.id || h.hashes[e.id] != hashKey(s.key) {
 			t.Fatalf("index of %q", h.slots[e.id].key)
+		}
+		if c := h.slots[e.id].count; c != e.count {
+			t.Fatalf("counter %d: count %d in its slot, %d in the order", e.id, c, e.count)
 		}
 		if e.count < h.floor {
 			t.Fatalf("count %d below floor %d", e.count, h.floor)
