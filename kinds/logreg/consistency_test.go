@@ -179,8 +179,11 @@ func TestBSPWaitsAcrossNodes(t *testing.T) {
 	if gap > 0 {
 		t.Fatalf("a partition started a round %d rounds ahead of a busy one under bsp", gap)
 	}
-	if st.RemoteWaits < rounds/2 || st.Waits < st.RemoteWaits {
-		t.Fatalf("node A's fast partition waited %d times for node B's (%d waits in all), want most of %d rounds", st.RemoteWaits, st.Waits, rounds)
+	// How many of the rounds found B behind depends on the scheduler (on
+	// a loaded machine A itself may lag); that A waited for B at all, and
+	// counted it as a remote wait, does not.
+	if st.RemoteWaits == 0 || st.Waits < st.RemoteWaits {
+		t.Fatalf("node A's fast partition waited %d times for node B's (%d waits in all), want some of %d rounds", st.RemoteWaits, st.Waits, rounds)
 	}
 }
 
