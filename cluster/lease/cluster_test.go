@@ -17,7 +17,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-const testTTL = 600 * time.Millisecond
+// testTTL is the tests' lease TTL: short, so that expiries come soon,
+// but renewals every TTL/3 must still get a core in time under -race on
+// a loaded 2-core machine (at 600 ms, live nodes lost leases at load 12).
+const testTTL = time.Second
 
 // pause freezes every loop of m, as a stopped process would be.
 func (m *Manager) pause() {
