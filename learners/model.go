@@ -274,8 +274,11 @@ func (m *Model) transform(v float64) float64 {
 // the infinities, and costs a comparison for values in [-1, 1] (one-hot
 // and boolean features) and a square root for the others.
 func sqrtTail(v float64) float64 {
-	if a := math.Abs(v); a > 1 {
-		return math.Copysign(math.Sqrt(a), v)
+	if v > 1 {
+		return math.Sqrt(v)
+	}
+	if v < -1 {
+		return -math.Sqrt(-v)
 	}
 	return v
 }
