@@ -206,6 +206,7 @@ func learnRate(n, distinct, vocab int, prefetch bool) (cpu, wall float64) {
 		panic(err)
 	}
 	l := m.NewLearner()
+	goruntime.GC() // the events just built: no collection runs beside the loop
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	cpu0, cpuOK := threadCPU()
