@@ -33,11 +33,13 @@ type Summary struct {
 // from its header, so that a reader can refuse one that claims more slots
 // than its bytes can hold before anything is allocated.
 func SnapshotCount(data []byte) (uint64, error) {
-	size := headerSize
-	if len(data) >= headerSizeV1 && [8]byte(data[:8]) == snapshotMagicV1 {
+	var size int
+	switch {
+	case len(data) >= headerSize && [8]byte(data[:8]) == snapshotMagic:
+		size = headerSize
+	case len(data) >= headerSizeV1 && [8]byte(data[:8]) == snapshotMagicV1:
 		size = headerSizeV1
-	}
-	if len(data) < size || [8]byte(data[:8]) != snapshotMagic && size == headerSize {
+	default:
 		return 0, fmt.Errorf("%w: bad magic or short header", ErrCorrupt)
 	}
 	count := binary.LittleEndian.Uint64(data[28:])
