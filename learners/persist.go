@@ -91,7 +91,7 @@ func (m *Model) writeSnapshot(w io.Writer, slots []uint32, delta bool) (int64, e
 	binary.LittleEndian.PutUint64(hdr[12:], m.Version())
 	binary.LittleEndian.PutUint64(hdr[20:], m.Updates())
 	binary.LittleEndian.PutUint64(hdr[28:], uint64(len(slots)))
-	hdr[36] = byte(m.norm)
+	hdr[headerSizeV1] = byte(m.norm)
 	if _, err := out.Write(hdr[:]); err != nil {
 		return cw.n, err
 	}
