@@ -410,7 +410,8 @@ func sklearnRows(d *labelled, runs []sklearnRun, bucket int) (rows []sklearnRow,
 		rate, m := oursEngine(d, map[string]any{"on_drift": act})
 		rows = append(rows, sklearnRow{"mlstream logreg job, engine, on_drift: " + act, "1 event", len(d.labels), rate, m})
 	}
-	for _, params := range d.ours {
+	// normalize none: the default before sqrt, for comparison.
+	for _, params := range append([]map[string]any{{"normalize": "none"}}, d.ours...) {
 		rate, m := oursEngine(d, params)
 		rows = append(rows, sklearnRow{fmt.Sprintf("mlstream logreg job, engine, %v", params), "1 event", len(d.labels), rate, m})
 	}
@@ -437,7 +438,7 @@ func sklearnRows(d *labelled, runs []sklearnRun, bucket int) (rows []sklearnRow,
 func sklearnNote(n, one int, same bool, info sklearnInfo, note string) string {
 	return fmt.Sprintf("Progressive validation for every learner: each event (or mini-batch) is first predicted with the current model, then learned; accuracy (p > 0.5), log loss (p clamped to [1e-15, 1-1e-15]) and AUC over the whole run, computed from the predictions by the same code (learners.Progressive). "+
 		"The generated stream is internal/gen (seed 11, true-model drift after %s events), written once as NDJSON; the real sets are benchmarks/data (see its README). "+
-		"**mlstream**: the defaults of a logreg job (FTRL-Proximal, α = 0.3, adaptive per-feature scales, 2^20 hashed weights); in process: one Learner on one core, features hashed before timing, median of %d runs; engine: a 1-partition logreg job fed the NDJSON through Batch in order, 1,000 events a batch (JSON parsing, queue and learning; its own measures, which %s); on the small sets its rate is mostly fixed costs (job start, waiting for the last batch); *on_drift: reset_rates / reset*: the same job with that param (the default is none): when a Page-Hinkley detector finds a drift in the log loss, the optimizer's per-weight rates, or the whole model, start over. "+
+		"**mlstream**: the defaults of a logreg job (FTRL-Proximal, α = 0.3, adaptive per-feature scales, 2^20 hashed weights, normalize sqrt: a value v with |v| > 1 as sign(v)·√|v|); *normalize: none*: the same job with raw values (the default before sqrt); in process: one Learner on one core, features hashed before timing, median of %d runs; engine: a 1-partition logreg job fed the NDJSON through Batch in order, 1,000 events a batch (JSON parsing, queue and learning; its own measures, which %s); on the small sets its rate is mostly fixed costs (job start, waiting for the last batch); *on_drift: reset_rates / reset*: the same job with that param (the default is none): when a Page-Hinkley detector finds a drift in the log loss, the optimizer's per-weight rates, or the whole model, start over. "+
 		"A fresh model's first events touch its 32 MiB of weights for the first time (page faults): that dominates our rate on a short prefix (a second pass over the same events runs several times faster). "+
 		"**scikit-learn** %s (Debian's python3-sklearn; numpy %s, Python %s): SGDClassifier(loss=\"log_loss\") with default settings except shuffle=False (stream order within a mini-batch) and random_state=0, partial_fit after predict_proba; features vectorised before timing with DictVectorizer (the same names as ours: numbers as is, a string v under name as the column name=v, no hashing collisions). "+
 		"SpamAssassin: the public mail corpus as benchmarks/data/spam_assassin.ndjson holds it (6,046 messages, raw word counts, label 1 = spam; see its README); sklearn runs a third preprocessing there, *log1p-l2* (each count x as log(1+x), each event scaled to unit L2 norm: per event, nothing learned from others), and ours also with normalize log1p_l2. "+

@@ -136,14 +136,17 @@ func BenchmarkPredictOptimizers(b *testing.B) {
 // distinct events drawn from a Zipf(1.1) vocabulary of 4k words (4k events)
 // and of 100k words (100k events: the slots touched outgrow the caches),
 // syncing every 1,000 events; "prefetch" calls Learner.Prefetch with the
-// next event before each Learn, as a loop over a batch can. events/cpu-s
-// divides by the CPU time of the benchmark's thread (locked to it), which
-// on a shared machine varies less than wall time.
+// next event before each Learn, as a loop over a batch can; "4k/raw" is
+// the 4k case with normalize none, the default before sqrt (its values
+// are counts > 1 on 4 of the 20 features: 4 square roots an event).
+// events/cpu-s divides by the CPU time of the benchmark's thread (locked
+// to it), which on a shared machine varies less than wall time.
 func BenchmarkLearnVocab(b *testing.B) {
 	for _, c := range []struct {
 		name          string
 		events, vocab int
-	}{{"4k", benchN, 4000}, {"100k", 100_000, 100_000}} {
+		normalize     string
+	}{{"4k", benchN, 4000, ""}, {"4k/raw", benchN, 4000, learners.NormalizeNone}, {"100k", 100_000, 100_000, ""}} {
 		feats, labels := gen.FeatureEvents(c.events, c.vocab)
 		for _, prefetch := range []bool{false, true} {
 			name := c.name
@@ -151,7 +154,7 @@ func BenchmarkLearnVocab(b *testing.B) {
 				name += "/prefetch"
 			}
 			b.Run(name, func(b *testing.B) {
-				m, _ := learners.NewModel(learners.DefaultConfig())
+				m, _ := learners.NewModel(learners.Config{Normalize: c.normalize})
 				l := m.NewLearner()
 				b.ReportAllocs()
 				runtime.LockOSThread()

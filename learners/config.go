@@ -15,6 +15,7 @@ const (
 // Normalization names accepted in Config.Normalize.
 const (
 	NormalizeNone    = "none"
+	NormalizeSqrt    = "sqrt"
 	NormalizeL2      = "l2"
 	NormalizeLog1pL2 = "log1p_l2"
 )
@@ -55,10 +56,16 @@ type Config struct {
 	// clipping.
 	Clip float64
 
-	// Normalize (normalize) is the per-event input normalization: "none"
-	// (default), "l2" (divide the values by the event's L2 norm) or
+	// Normalize (normalize) is the input normalization: "sqrt" (default:
+	// a value v with |v| > 1 becomes sign(v)*sqrt(|v|), one in [-1, 1] is
+	// kept), "none", "l2" (divide the values by the event's L2 norm) or
 	// "log1p_l2" (v -> sign(v)*log1p(|v|), then l2). The bias is never
-	// normalized.
+	// normalized. sqrt tames large counts and amounts (word counts, sums of
+	// money) whose largest value would otherwise set the adaptive scale,
+	// and leaves one-hot, boolean and already scaled features alone; it is
+	// per value, nothing learned from other events. Left empty, a model
+	// reading a snapshot takes the snapshot's normalization (see
+	// Model.ReadFrom): the default before sqrt was none.
 	Normalize string
 
 	// Adaptive (adaptive) switches the normalized adaptive updates (see the
@@ -102,7 +109,7 @@ func (c *Config) EnsureDefaults() {
 		c.Beta = 1
 	}
 	if c.Normalize == "" {
-		c.Normalize = NormalizeNone
+		c.Normalize = NormalizeSqrt
 	}
 	if c.Adaptive == nil {
 		t := true
@@ -154,9 +161,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	switch c.Normalize {
-	case NormalizeNone, NormalizeL2, NormalizeLog1pL2:
+	case NormalizeSqrt, NormalizeNone, NormalizeL2, NormalizeLog1pL2:
 	default:
-		return &ParamError{"normalize", fmt.Sprintf("must be one of \"none\", \"l2\", \"log1p_l2\", got %q", c.Normalize)}
+		return &ParamError{"normalize", fmt.Sprintf("must be one of \"sqrt\", \"none\", \"l2\", \"log1p_l2\", got %q", c.Normalize)}
 	}
 	if c.Window < 1 {
 		return &ParamError{"window", fmt.Sprintf("must be >= 1, got %d", c.Window)}

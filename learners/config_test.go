@@ -26,7 +26,7 @@ func TestValidate(t *testing.T) {
 		{"l1", Config{L1: -1}, "l1", "must be >= 0, got -1"},
 		{"l2", Config{L2: math.Inf(1)}, "l2", "must be finite, got +Inf"},
 		{"clip", Config{Clip: -2}, "clip", "must be >= 0, got -2"},
-		{"normalize", Config{Normalize: "l1"}, "normalize", `must be one of "none", "l2", "log1p_l2", got "l1"`},
+		{"normalize", Config{Normalize: "l1"}, "normalize", `must be one of "sqrt", "none", "l2", "log1p_l2", got "l1"`},
 		{"window", Config{Window: -5}, "window", "must be >= 1, got -5"},
 		{"first bad field wins", Config{HashBits: 99, Window: -1}, "hash_bits", "must be in [1, 28], got 99"},
 	}
@@ -59,7 +59,7 @@ func TestValidate(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	c := DefaultConfig()
 	if c.HashBits != 20 || c.Optimizer != "ftrl" || c.Alpha != 0.3 || c.Beta != 1 ||
-		c.Normalize != "none" || !c.IsAdaptive() || c.Window != 10000 {
+		c.Normalize != "sqrt" || !c.IsAdaptive() || c.Window != 10000 {
 		t.Errorf("defaults %+v", c)
 	}
 	if a := (Config{Optimizer: "adagrad"}); true {

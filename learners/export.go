@@ -33,11 +33,17 @@ type Summary struct {
 // from its header, so that a reader can refuse one that claims more slots
 // than its bytes can hold before anything is allocated.
 func SnapshotCount(data []byte) (uint64, error) {
-	if len(data) < headerSize || [8]byte(data[:8]) != snapshotMagic {
+	var size int
+	switch {
+	case len(data) >= headerSize && [8]byte(data[:8]) == snapshotMagic:
+		size = headerSize
+	case len(data) >= headerSizeV1 && [8]byte(data[:8]) == snapshotMagicV1:
+		size = headerSizeV1
+	default:
 		return 0, fmt.Errorf("%w: bad magic or short header", ErrCorrupt)
 	}
 	count := binary.LittleEndian.Uint64(data[28:])
-	if count > uint64(len(data)-headerSize)/entrySize {
+	if count > uint64(len(data)-size)/entrySize {
 		return 0, fmt.Errorf("%w: %d slots announced, %d bytes present", ErrCorrupt, count, len(data))
 	}
 	return count, nil

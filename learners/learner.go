@@ -173,6 +173,7 @@ func (l *Learner) scan(feats []Feature) (items []item, ok bool) {
 	state, entries, shift := m.state, l.delta.entries, l.delta.shift&63
 	mask := m.mask
 	bias := uint64(m.bias)
+	tail := m.norm == normSqrt
 	n := 1
 	if m.adaptive {
 		inv := math.Float64frombits(atomic.LoadUint64(&state[bias*stride+offInv]))
@@ -184,13 +185,17 @@ func (l *Learner) scan(feats []Feature) (items []item, ok bool) {
 			if skipValue(f.Value) {
 				continue
 			}
+			v := f.Value
+			if tail {
+				v = sqrtTail(v)
+			}
 			slot := f.Hash & mask
 			inv := math.Float64frombits(atomic.LoadUint64(&state[slot*stride+offInv]))
-			if inv == 0 || math.Abs(f.Value)*inv > 1 {
+			if inv == 0 || math.Abs(v)*inv > 1 {
 				return items, false
 			}
 			it := &items[n]
-			it.slot, it.idx, it.x = uint32(slot), homeIndex(entries, slot, shift), f.Value*inv
+			it.slot, it.idx, it.x = uint32(slot), homeIndex(entries, slot, shift), v*inv
 			n++
 		}
 	} else {
@@ -200,10 +205,14 @@ func (l *Learner) scan(feats []Feature) (items []item, ok bool) {
 			if skipValue(f.Value) {
 				continue
 			}
+			v := f.Value
+			if tail {
+				v = sqrtTail(v)
+			}
 			slot := f.Hash & mask
 			touch += atomic.LoadUint64(&state[slot*stride+offA])
 			it := &items[n]
-			it.slot, it.idx, it.x = uint32(slot), homeIndex(entries, slot, shift), f.Value
+			it.slot, it.idx, it.x = uint32(slot), homeIndex(entries, slot, shift), v
 			n++
 		}
 		l.touch = touch // keeps the loads
@@ -226,10 +235,10 @@ func homeIndex(entries []deltaEntry, slot uint64, shift uint) uint32 {
 
 // normalized returns feats, or with per-event normalization a copy in a
 // scratch buffer with the normalized values, so that the gather loops call
-// nothing.
+// nothing. (sqrt, value by value, is applied by the gather loops.)
 func (l *Learner) normalized(feats []Feature) []Feature {
 	m := l.m
-	if m.norm == normNone {
+	if !m.norm.perEvent() {
 		return feats
 	}
 	k := m.eventNorm(feats)
@@ -249,10 +258,15 @@ func (l *Learner) collect(feats []Feature) []item {
 	feats = l.normalized(feats)
 	items := l.items[:len(feats)+1]
 	items[0].slot, items[0].idx, items[0].x = uint32(m.bias), noEntry, 1
+	tail := m.norm == normSqrt
 	n := 1
 	for _, f := range feats {
 		if !skipValue(f.Value) {
-			items[n].slot, items[n].idx, items[n].x = uint32(f.Hash&m.mask), noEntry, f.Value
+			v := f.Value
+			if tail {
+				v = sqrtTail(v)
+			}
+			items[n].slot, items[n].idx, items[n].x = uint32(f.Hash&m.mask), noEntry, v
 			n++
 		}
 	}

@@ -25,13 +25,24 @@ const (
 	optSGD
 )
 
+// normKind is a normalization; its value is the code in snapshots
+// (persist.go), so the values are fixed.
 type normKind uint8
 
 const (
-	normNone normKind = iota
-	normL2
-	normLog1pL2
+	normNone    normKind = 0
+	normL2      normKind = 1
+	normLog1pL2 normKind = 2
+	normSqrt    normKind = 3
 )
+
+// normKinds maps Config.Normalize names to kinds.
+var normKinds = map[string]normKind{NormalizeNone: normNone, NormalizeL2: normL2, NormalizeLog1pL2: normLog1pL2, NormalizeSqrt: normSqrt}
+
+// perEvent reports whether the normalization scales each event by a
+// factor computed from all its values (eventNorm), rather than value by
+// value.
+func (k normKind) perEvent() bool { return k == normL2 || k == normLog1pL2 }
 
 // maxMargin bounds the margin given to the sigmoid, so exp never overflows
 // and probabilities stay in (0, 1).
@@ -42,15 +53,18 @@ const maxMargin = 35
 // while Learners sync into it, and all state is accessed with sync/atomic.
 // A Model is trained through Learners (see NewLearner).
 type Model struct {
-	cfg      Config
-	opt      optKind
-	norm     normKind
-	adaptive bool
-	alpha    float64
-	invAlpha float64
-	beta     float64
-	l1, l2   float64
-	clip     float64
+	cfg  Config
+	opt  optKind
+	norm normKind
+	// normDefault: the Config left Normalize empty, so a snapshot read
+	// sets the normalization (ReadFrom).
+	normDefault bool
+	adaptive    bool
+	alpha       float64
+	invAlpha    float64
+	beta        float64
+	l1, l2      float64
+	clip        float64
 
 	mask   uint64 // (1 << HashBits) - 1
 	bias   int    // slot of the intercept: 1 << HashBits
@@ -84,21 +98,24 @@ func newModelShell(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	normDefault := cfg.Normalize == ""
 	cfg.EnsureDefaults()
 	a := *cfg.Adaptive // copy so the caller's pointer is not shared
 	cfg.Adaptive = &a
 	m := &Model{
-		cfg:      cfg,
-		adaptive: a,
-		alpha:    cfg.Alpha,
-		invAlpha: 1 / cfg.Alpha,
-		beta:     cfg.Beta,
-		l1:       cfg.L1,
-		l2:       cfg.L2,
-		clip:     cfg.Clip,
-		mask:     1<<uint(cfg.HashBits) - 1,
-		bias:     1 << uint(cfg.HashBits),
-		nslots:   1<<uint(cfg.HashBits) + 1,
+		cfg:         cfg,
+		norm:        normKinds[cfg.Normalize],
+		normDefault: normDefault,
+		adaptive:    a,
+		alpha:       cfg.Alpha,
+		invAlpha:    1 / cfg.Alpha,
+		beta:        cfg.Beta,
+		l1:          cfg.L1,
+		l2:          cfg.L2,
+		clip:        cfg.Clip,
+		mask:        1<<uint(cfg.HashBits) - 1,
+		bias:        1 << uint(cfg.HashBits),
+		nslots:      1<<uint(cfg.HashBits) + 1,
 	}
 	switch cfg.Optimizer {
 	case OptimizerFTRL:
@@ -107,12 +124,6 @@ func newModelShell(cfg Config) (*Model, error) {
 		m.opt = optAdaGrad
 	case OptimizerSGD:
 		m.opt = optSGD
-	}
-	switch cfg.Normalize {
-	case NormalizeL2:
-		m.norm = normL2
-	case NormalizeLog1pL2:
-		m.norm = normLog1pL2
 	}
 	return m, nil
 }
@@ -231,9 +242,9 @@ func (m *Model) Weight(slot int) float64 {
 }
 
 // eventNorm returns the factor by which per-event normalization multiplies
-// the (transformed) values.
+// the (transformed) values: 1 without one.
 func (m *Model) eventNorm(feats []Feature) float64 {
-	if m.norm == normNone {
+	if !m.norm.perEvent() {
 		return 1
 	}
 	var ss float64
@@ -247,9 +258,27 @@ func (m *Model) eventNorm(feats []Feature) float64 {
 	return 1 / math.Sqrt(ss)
 }
 
+// transform is the value-by-value part of the normalization.
 func (m *Model) transform(v float64) float64 {
-	if m.norm == normLog1pL2 {
+	switch m.norm {
+	case normSqrt:
+		return sqrtTail(v)
+	case normLog1pL2:
 		return math.Copysign(math.Log1p(math.Abs(v)), v)
+	}
+	return v
+}
+
+// sqrtTail is the sqrt normalization of one value: sign(v)*sqrt(|v|) if
+// |v| > 1, else v. It is continuous and monotone, keeps 0, ±1, NaN and
+// the infinities, and costs a comparison for values in [-1, 1] (one-hot
+// and boolean features) and a square root for the others.
+func sqrtTail(v float64) float64 {
+	if v > 1 {
+		return math.Sqrt(v)
+	}
+	if v < -1 {
+		return -math.Sqrt(-v)
 	}
 	return v
 }

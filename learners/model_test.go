@@ -47,7 +47,7 @@ func toyEvents(n int) ([][]Feature, []bool) {
 
 func TestLearnBasics(t *testing.T) {
 	for _, opt := range []string{"ftrl", "adagrad", "sgd"} {
-		for _, norm := range []string{"none", "l2", "log1p_l2"} {
+		for _, norm := range []string{"none", "sqrt", "l2", "log1p_l2"} {
 			for _, adaptive := range []bool{true, false} {
 				cfg := Config{HashBits: 10, Optimizer: opt, Normalize: norm, Adaptive: &adaptive, Clip: 10}
 				if !adaptive && norm == "none" {

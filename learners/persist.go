@@ -12,23 +12,29 @@ import (
 	"sync/atomic"
 )
 
-// Binary snapshot format (little endian):
+// Binary snapshot format 2 (little endian):
 //
-//	magic    [8]byte "MLSLR\x00\x00\x01"
-//	hashBits uint8, optimizer uint8 (1 ftrl, 2 adagrad, 3 sgd), adaptive uint8, delta uint8
-//	         (delta 1: the slots that follow replace only themselves; 0: the whole state)
-//	version  uint64, updates uint64, count uint64 (slots that follow)
+//	magic     [8]byte "MLSLR\x00\x00\x02"
+//	hashBits  uint8, optimizer uint8 (1 ftrl, 2 adagrad, 3 sgd), adaptive uint8, delta uint8
+//	          (delta 1: the slots that follow replace only themselves; 0: the whole state)
+//	version   uint64, updates uint64, count uint64 (slots that follow)
+//	normalize uint8 (0 none, 1 l2, 2 log1p_l2, 3 sqrt)
 //	count x { slot uint32, a uint64, b uint64, inv uint64 } (float64 bits, slots increasing;
-//	         a, b: optimizer state words, inv: 1/scale of the adaptive updates)
-//	crc      uint32: CRC-32C of everything before it
+//	          a, b: optimizer state words, inv: 1/scale of the adaptive updates)
+//	crc       uint32: CRC-32C of everything before it
 //
-// Only non-zero slots are written, so a snapshot is proportional to the
-// features seen, not to 2^HashBits.
-var snapshotMagic = [8]byte{'M', 'L', 'S', 'L', 'R', 0, 0, 1}
+// Format 1 ("MLSLR\x00\x00\x01") is the same without the normalize byte;
+// it is still read. Only non-zero slots are written, so a snapshot is
+// proportional to the features seen, not to 2^HashBits.
+var (
+	snapshotMagic   = [8]byte{'M', 'L', 'S', 'L', 'R', 0, 0, 2}
+	snapshotMagicV1 = [8]byte{'M', 'L', 'S', 'L', 'R', 0, 0, 1}
+)
 
 const (
-	headerSize = 8 + 4 + 3*8
-	entrySize  = 4 + 3*8
+	headerSizeV1 = 8 + 4 + 3*8
+	headerSize   = headerSizeV1 + 1
+	entrySize    = 4 + 3*8
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -38,7 +44,8 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 var ErrCorrupt = errors.New("learners: corrupt model snapshot")
 
 // ErrIncompatible is returned (wrapped) by ReadFrom for a snapshot taken with
-// different hash bits, optimizer or adaptive setting.
+// different hash bits, optimizer, adaptive setting or (set explicitly)
+// normalization.
 var ErrIncompatible = errors.New("learners: incompatible model snapshot")
 
 // WriteTo writes a full binary snapshot of the global state (hash bits,
@@ -84,6 +91,7 @@ func (m *Model) writeSnapshot(w io.Writer, slots []uint32, delta bool) (int64, e
 	binary.LittleEndian.PutUint64(hdr[12:], m.Version())
 	binary.LittleEndian.PutUint64(hdr[20:], m.Updates())
 	binary.LittleEndian.PutUint64(hdr[28:], uint64(len(slots)))
+	hdr[headerSizeV1] = byte(m.norm)
 	if _, err := out.Write(hdr[:]); err != nil {
 		return cw.n, err
 	}
@@ -113,8 +121,14 @@ func (m *Model) writeSnapshot(w io.Writer, slots []uint32, delta bool) (int64, e
 // snapshot, never past it. The snapshot must have the same hash bits,
 // optimizer and adaptive setting as m (else ErrIncompatible); a damaged one
 // gives ErrCorrupt, and m is left unchanged on any error. ReadFrom is meant
-// for recovery: it must not run while Learners of m learn or sync, and their
-// local deltas are kept as they are.
+// for recovery: it must not run while m is used (Learners of m learning or
+// syncing, predictions), and Learners' local deltas are kept as they are.
+//
+// Normalization: a model whose Config set Normalize refuses a snapshot of
+// another one (ErrIncompatible; a format 1 snapshot does not say, and is
+// read). One that left it empty (the default) takes the snapshot's, and
+// that of a format 1 snapshot is none, the default when those were
+// written: state learned under one normalization goes on under it.
 func (m *Model) ReadFrom(r io.Reader) (int64, error) {
 	sr := &snapshotReader{r: r, crc: crc32.New(crcTable)}
 	h, err := sr.header()
@@ -135,6 +149,26 @@ func (m *Model) ReadFrom(r io.Reader) (int64, error) {
 	return sr.n, nil
 }
 
+// UseNormalize sets the normalization of a model whose Config left
+// Normalize empty to name (one of the Normalize names), for state learned
+// under it (a model import whose header names it). A model whose
+// normalization was set explicitly refuses another one (ErrIncompatible).
+// Like ReadFrom, it must not run while m is used.
+func (m *Model) UseNormalize(name string) error {
+	k, ok := normKinds[name]
+	if !ok {
+		return &ParamError{"normalize", fmt.Sprintf("unknown normalization %q", name)}
+	}
+	if k == m.norm {
+		return nil
+	}
+	if !m.normDefault {
+		return fmt.Errorf("%w: normalize %s, model has %s", ErrIncompatible, name, m.cfg.Normalize)
+	}
+	m.norm, m.cfg.Normalize = k, name
+	return nil
+}
+
 // snapshotReader reads a snapshot, counting the bytes read and summing
 // those the checksum covers.
 type snapshotReader struct {
@@ -149,6 +183,8 @@ type snapshotHeader struct {
 	opt                     optKind
 	adaptive, delta         bool
 	version, updates, count uint64
+	norm                    normKind
+	hasNorm                 bool // format 2: norm is the snapshot's
 }
 
 // snapshotEntry is one slot of a snapshot.
@@ -179,24 +215,36 @@ func (sr *snapshotReader) readSummed(buf []byte) error {
 	return nil
 }
 
-// header reads and decodes the header, checking the magic and the delta flag.
+// header reads and decodes the header (format 1 or 2), checking the
+// magic, the delta flag and the normalization.
 func (sr *snapshotReader) header() (snapshotHeader, error) {
 	var hdr [headerSize]byte
-	if err := sr.readSummed(hdr[:]); err != nil {
+	if err := sr.readSummed(hdr[:headerSizeV1]); err != nil {
 		return snapshotHeader{}, err
 	}
-	if [8]byte(hdr[:8]) != snapshotMagic {
+	v2 := [8]byte(hdr[:8]) == snapshotMagic
+	if !v2 && [8]byte(hdr[:8]) != snapshotMagicV1 {
 		return snapshotHeader{}, fmt.Errorf("%w: bad magic", ErrCorrupt)
 	}
 	if hdr[11] > 1 {
 		return snapshotHeader{}, fmt.Errorf("%w: bad delta flag", ErrCorrupt)
 	}
-	return snapshotHeader{
+	h := snapshotHeader{
 		bits: int(hdr[8]), opt: optKind(hdr[9]), adaptive: hdr[10] == 1, delta: hdr[11] == 1,
 		version: binary.LittleEndian.Uint64(hdr[12:]),
 		updates: binary.LittleEndian.Uint64(hdr[20:]),
 		count:   binary.LittleEndian.Uint64(hdr[28:]),
-	}, nil
+	}
+	if v2 {
+		if err := sr.readSummed(hdr[headerSizeV1:]); err != nil {
+			return snapshotHeader{}, err
+		}
+		h.norm, h.hasNorm = normKind(hdr[headerSizeV1]), true
+		if h.norm > normSqrt {
+			return snapshotHeader{}, fmt.Errorf("%w: bad normalization %d", ErrCorrupt, h.norm)
+		}
+	}
+	return h, nil
 }
 
 // checkCompatible refuses a snapshot of another configuration of the model
@@ -210,6 +258,9 @@ func (m *Model) checkCompatible(h snapshotHeader) error {
 	}
 	if h.adaptive != m.adaptive {
 		return fmt.Errorf("%w: adaptive %v, model has %v", ErrIncompatible, h.adaptive, m.adaptive)
+	}
+	if h.hasNorm && h.norm != m.norm && !m.normDefault {
+		return fmt.Errorf("%w: normalize %s, model has %s", ErrIncompatible, normName(h.norm), m.cfg.Normalize)
 	}
 	if h.count > uint64(m.nslots) {
 		return fmt.Errorf("%w: %d slots, model has %d", ErrCorrupt, h.count, m.nslots)
@@ -280,6 +331,23 @@ func (m *Model) applySnapshot(h snapshotHeader, entries []snapshotEntry) {
 	}
 	m.updates.Store(h.updates)
 	m.version.Store(h.version)
+	if m.normDefault {
+		norm := normNone // format 1: written when the default was none
+		if h.hasNorm {
+			norm = h.norm
+		}
+		_ = m.UseNormalize(normName(norm))
+	}
+}
+
+// normName is the Config.Normalize name of a normalization.
+func normName(k normKind) string {
+	for name, kk := range normKinds {
+		if kk == k {
+			return name
+		}
+	}
+	return fmt.Sprintf("normalization %d", k)
 }
 
 type countWriter struct {

@@ -72,7 +72,7 @@ func mustModel(t testing.TB, cfg Config) *Model {
 // |x| the learner saw of it.
 func TestSharedLearnerNeverWritesTheModel(t *testing.T) {
 	feats, labels := toyEvents(500)
-	m := mustModel(t, Config{HashBits: 12})
+	m := mustModel(t, Config{HashBits: 12, Normalize: NormalizeNone})
 	fresh := snapshotBytes(t, m)
 	l := m.NewLearner()
 	l.SetShared()

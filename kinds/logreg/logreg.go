@@ -53,9 +53,12 @@ type logregJob struct {
 	name   string
 	fields runtime.Fields
 	model  *learners.Model
-	window int
-	parts  []*logregPart
-	ft     runtime.FT // nil without fault tolerance
+	// normDefault: the spec does not set normalize; the job takes that of
+	// a model it imports.
+	normDefault bool
+	window      int
+	parts       []*logregPart
+	ft          runtime.FT // nil without fault tolerance
 	// clock paces the partitions' merges: async, bsp or ssp.
 	consistency string
 	clock       *runtime.SyncClock
@@ -115,7 +118,10 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 			return nil, err
 		}
 	}
-	if cfg.Normalize, err = p.String("normalize", cfg.Normalize, "none", "l2", "log1p_l2"); err != nil {
+	// Left empty, normalize is the default, and a model read from a
+	// backup or an import keeps the normalization it was learned with
+	// (learners.Model.ReadFrom, UseNormalize).
+	if cfg.Normalize, err = p.String("normalize", "", learners.NormalizeSqrt, learners.NormalizeNone, learners.NormalizeL2, learners.NormalizeLog1pL2); err != nil {
 		return nil, err
 	}
 	adaptive, err := p.Bool("adaptive", true)
@@ -142,7 +148,6 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 	if err != nil {
 		return nil, err
 	}
-	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		if pe, ok := err.(*learners.ParamError); ok {
 			return nil, runtime.ParamError(pe.Param, "%s", pe.Msg)
@@ -154,7 +159,7 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 		return nil, err
 	}
 	staleness := map[string]int{runtime.ConsistencyAsync: math.MaxInt32, runtime.ConsistencyBSP: 0, runtime.ConsistencySSP: spec.Sync.Staleness}[spec.Sync.Consistency]
-	j := &logregJob{name: spec.Name, fields: fields, model: model, window: cfg.Window, names: newNameDict(nameSlots),
+	j := &logregJob{name: spec.Name, fields: fields, model: model, normDefault: cfg.Normalize == "", window: cfg.Window, names: newNameDict(nameSlots),
 		consistency: spec.Sync.Consistency, clock: runtime.NewSyncClock(spec.Partitions, staleness),
 		labels: labels, nparts: spec.Partitions}
 	j.drifts.onDrift = onDrift

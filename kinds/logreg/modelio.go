@@ -63,7 +63,7 @@ func (j *logregJob) exportModel() (*ExportedModel, error) {
 // names. A larger body cannot be a model of this job.
 func (j *logregJob) maxImportBytes() int64 {
 	const fixed = 8 + 2 + 4 + 8 + 4 + 4
-	const snapFixed, perSlot = 36 + 4, 28
+	const snapFixed, perSlot = 37 + 4, 28
 	return fixed + MaxHeaderBytes + snapFixed + int64(j.model.Slots())*perSlot + MaxNamesBytes
 }
 
@@ -97,7 +97,14 @@ func (j *logregJob) ImportModel(r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	if field, got, want := e.Header.Params.mismatch(paramsOf(j.model.Config())); field != "" {
+	want := paramsOf(j.model.Config())
+	if j.normDefault {
+		want.Normalize = e.Header.Params.Normalize // the job takes the model's
+		if err := (learners.Config{Normalize: want.Normalize}).Validate(); err != nil {
+			return snapshotError(err)
+		}
+	}
+	if field, got, want := e.Header.Params.mismatch(want); field != "" {
 		return &runtime.ModelError{Field: "params." + field, Msg: fmt.Sprintf("the model has %s %v, the job %v", field, got, want)}
 	}
 	if _, err := learners.SnapshotCount(e.Snapshot); err != nil {
@@ -107,12 +114,13 @@ func (j *logregJob) ImportModel(r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	return j.replaceModel(e.Snapshot, names)
+	return j.replaceModel(e.Snapshot, e.Header.Params.Normalize, names)
 }
 
-// replaceModel installs a checked snapshot with the partitions held
-// between batches and no merge running.
-func (j *logregJob) replaceModel(snap []byte, names *nameDict) error {
+// replaceModel installs a checked snapshot, learned with normalization
+// normalize, with the partitions held between batches and no merge
+// running.
+func (j *logregJob) replaceModel(snap []byte, normalize string, names *nameDict) error {
 	j.swap.Lock()
 	defer j.swap.Unlock()
 	j.merge.Lock()
@@ -126,6 +134,13 @@ func (j *logregJob) replaceModel(snap []byte, names *nameDict) error {
 	}
 	if _, err := j.model.ReadFrom(bytes.NewReader(snap)); err != nil {
 		return snapshotError(err)
+	}
+	// A format 1 snapshot does not name its normalization: the header
+	// does (checked against the job's by ImportModel).
+	if normalize != "" {
+		if err := j.model.UseNormalize(normalize); err != nil {
+			return snapshotError(err)
+		}
 	}
 	for i, p := range j.parts {
 		p.learner.Discard()
