@@ -67,9 +67,18 @@ func sniff(body []byte, contentType string) format {
 // parsed values exists at a time. It returns the number of events fn
 // accepted.
 func decodeEvents(body []byte, contentType string, maxEvent int, fn func(v *fastjson.Value, line int) error) (int, error) {
+	return decodeEventsExcept(body, contentType, maxEvent, nil, fn)
+}
+
+// decodeEventsExcept is decodeEvents, except that the events taken (if it
+// is not nil) returns true for are not parsed nor passed to fn.
+func decodeEventsExcept(body []byte, contentType string, maxEvent int, taken func(ev []byte) bool, fn func(v *fastjson.Value, line int) error) (int, error) {
 	p := parsers.Get()
 	defer parsers.Put(p)
 	return splitEvents(body, contentType, maxEvent, func(ev []byte, line int) error {
+		if taken != nil && taken(ev) {
+			return nil
+		}
 		v, err := p.ParseBytes(ev)
 		if err != nil {
 			return badJSON(line, "%s", shortErr(err))

@@ -187,6 +187,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		stream: stream, what: fmt.Sprintf("the jobs reading stream %q", stream), unit: "events",
 		newBatch: func() (*runtime.Batch, error) { return s.engine.NewBatch(stream) },
 		add:      (*runtime.Batch).Add,
+		strings:  true,
 	})
 	if ok {
 		writeJSON(w, http.StatusAccepted, ingestResponse{Accepted: accepted, Shed: b.Shed()})
@@ -201,6 +202,8 @@ type batchRequest struct {
 	unit     string // what the body holds, for that error
 	newBatch func() (*runtime.Batch, error)
 	add      func(b *runtime.Batch, v *fastjson.Value, line int) error
+	// strings lets add's events take the string fast path (decodeInto).
+	strings bool
 }
 
 // commitBody reads the body into a new batch and commits it, honouring an
@@ -238,7 +241,13 @@ func (s *Server) commitBody(w http.ResponseWriter, r *http.Request, br batchRequ
 	}
 	b.Expect(events)
 	b.SetKey(key)
-	n, err := decodeEvents(buf.Bytes(), ctype, s.cfg.MaxEventBytes, func(v *fastjson.Value, line int) error { return br.add(b, v, line) })
+	add := func(v *fastjson.Value, line int) error { return br.add(b, v, line) }
+	var n int
+	if br.strings {
+		n, err = decodeInto(b, buf.Bytes(), ctype, s.cfg.MaxEventBytes, add)
+	} else {
+		n, err = decodeEvents(buf.Bytes(), ctype, s.cfg.MaxEventBytes, add)
+	}
 	if err != nil {
 		s.refuse(w, stream, err, events)
 		return nil, 0, false
