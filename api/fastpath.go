@@ -16,19 +16,63 @@ import (
 // and reports it as before.
 
 // decodeInto decodes body into b: decodeEvents with add, except that the
-// events the string fast path recognises go to b.AddString.
-func decodeInto(b *runtime.Batch, body []byte, contentType string, maxEvent int, add func(v *fastjson.Value, line int) error) (int, error) {
+// events the string fast path recognises go to b.AddString. At most most
+// events are taken so; add is left to refuse more.
+func decodeInto(b *runtime.Batch, body []byte, contentType string, maxEvent, most int, add func(v *fastjson.Value, line int) error) (int, error) {
 	field, ok := b.StringField()
 	if !ok || !plainKey(field) {
 		return decodeEvents(body, contentType, maxEvent, add)
 	}
-	return decodeEventsExcept(body, contentType, maxEvent, func(ev []byte) bool {
-		s, ok := stringMember(ev, field)
-		if ok {
-			b.AddString(s)
-		}
-		return ok
+	m := stringLines{prefix: []byte(`{"` + field + `":"`), maxEvent: maxEvent}
+	return decodeEventsWith(body, contentType, maxEvent, shortcuts{
+		line: func(body []byte, off int) (int, bool) {
+			s, next, ok := m.match(body, off)
+			if ok && b.Len() < most {
+				b.AddString(s)
+				return next, true
+			}
+			return 0, false
+		},
+		event: func(ev []byte) bool {
+			s, ok := stringMember(ev, field)
+			if ok && b.Len() < most {
+				b.AddString(s)
+				return true
+			}
+			return false
+		},
 	}, add)
+}
+
+// stringLines recognises lines that are exactly {"field":"text"}: the
+// common spelling, in one pass over the bytes. Other spellings are left
+// to stringMember, the rest to the parser.
+type stringLines struct {
+	prefix   []byte // {"field":"
+	maxEvent int
+}
+
+// match returns the text of the line at body[off] and where the next line
+// starts, if the line is {"field":"text"} with no escape in the text and
+// no larger than maxEvent.
+func (m *stringLines) match(body []byte, off int) (s []byte, next int, ok bool) {
+	rest := body[off:]
+	if !bytes.HasPrefix(rest, m.prefix) {
+		return nil, 0, false
+	}
+	i := len(m.prefix)
+	for i < len(rest) && rest[i] != '"' && rest[i] != '\\' && rest[i] != '\n' {
+		i++
+	}
+	switch {
+	case i+1 >= len(rest) || rest[i] != '"' || rest[i+1] != '}':
+		return nil, 0, false
+	case i+2 < len(rest) && rest[i+2] != '\n':
+		return nil, 0, false
+	case i+2 > m.maxEvent:
+		return nil, 0, false // for the error of an event too large
+	}
+	return rest[len(m.prefix):i], off + i + 3, true
 }
 
 // plainKey says whether field appears in JSON as itself between quotes:

@@ -229,27 +229,10 @@ func (s *Server) commitBody(w http.ResponseWriter, r *http.Request, br batchRequ
 		return nil, 0, false
 	}
 	defer releaseBody(buf)
-	ctype := r.Header.Get("Content-Type")
-	events, err := countEvents(buf.Bytes(), ctype, s.cfg.MaxEventBytes)
-	if err == nil && events > b.MaxEvents() {
-		err = &DecodeError{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf(
-			"%d %s, more than the queues of %s can take in one request (%d); send smaller batches", events, br.unit, br.what, b.MaxEvents())}
-	}
-	if err != nil {
-		s.refuse(w, stream, err, max(events, 1))
-		return nil, 0, false
-	}
-	b.Expect(events)
 	b.SetKey(key)
-	add := func(v *fastjson.Value, line int) error { return br.add(b, v, line) }
-	var n int
-	if br.strings {
-		n, err = decodeInto(b, buf.Bytes(), ctype, s.cfg.MaxEventBytes, add)
-	} else {
-		n, err = decodeEvents(buf.Bytes(), ctype, s.cfg.MaxEventBytes, add)
-	}
+	n, err := s.decodeBatch(b, br, buf.Bytes(), r.Header.Get("Content-Type"))
 	if err != nil {
-		s.refuse(w, stream, err, events)
+		s.refuse(w, stream, err, n)
 		return nil, 0, false
 	}
 	accepted, err = b.Commit(runtime.WithIngestKey(r.Context(), key))
@@ -258,6 +241,41 @@ func (s *Server) commitBody(w http.ResponseWriter, r *http.Request, br batchRequ
 		return nil, 0, false
 	}
 	return b, accepted, true
+}
+
+// errTooMany stops decoding a body of more events than the batch takes.
+var errTooMany = errors.New("too many events")
+
+// decodeBatch decodes body into b in one pass and returns its number of
+// events. A body that fails is then counted (countEvents), so that it is
+// refused as if its framing, its events' sizes and their number had been
+// checked before any event was decoded, and n is the count of its events
+// (at least 1), for the metric of refused events.
+func (s *Server) decodeBatch(b *runtime.Batch, br batchRequest, body []byte, ctype string) (n int, err error) {
+	most := b.MaxEvents()
+	add := func(v *fastjson.Value, line int) error {
+		if b.Len() >= most {
+			return errTooMany // the batch holds no more than its queues take
+		}
+		return br.add(b, v, line)
+	}
+	if br.strings {
+		n, err = decodeInto(b, body, ctype, s.cfg.MaxEventBytes, most, add)
+	} else {
+		n, err = decodeEvents(body, ctype, s.cfg.MaxEventBytes, add)
+	}
+	if err == nil {
+		return n, nil
+	}
+	events, cerr := countEvents(body, ctype, s.cfg.MaxEventBytes)
+	switch {
+	case cerr != nil:
+		return max(events, 1), cerr
+	case events > most:
+		return events, &DecodeError{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf(
+			"%d %s, more than the queues of %s can take in one request (%d); send smaller batches", events, br.unit, br.what, most)}
+	}
+	return events, err
 }
 
 // maxIdempotencyKey is the longest Idempotency-Key header taken.

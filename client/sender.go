@@ -44,6 +44,10 @@ type SenderConfig struct {
 	OnResult func(Result)
 	// OnRetry, when set, is called before each retry of a batch.
 	OnRetry func(*Batch, Retry)
+	// Recycle hands the arrays of an answered batch to a later one, sparing
+	// an allocation per batch. OnResult and OnRetry must then not keep a
+	// *Batch, its Body or its Tags after they return.
+	Recycle bool
 }
 
 // Defaults of SenderConfig.
@@ -118,6 +122,7 @@ type Sender struct {
 	closed bool
 
 	work chan *Batch
+	free chan *Batch // answered batches to fill again (Recycle)
 	wg   sync.WaitGroup
 
 	ctx       context.Context // the user's
@@ -149,6 +154,9 @@ func (c *Client) NewSender(ctx context.Context, stream string, cfg SenderConfig)
 		cfg.FlushAfter = DefaultFlushAfter
 	}
 	s := &Sender{c: c, stream: stream, cfg: cfg, limit: cfg.MaxEvents, cur: &Batch{}, pace: pacer{rate: cfg.Rate}, work: make(chan *Batch)}
+	if cfg.Recycle {
+		s.free = make(chan *Batch, cfg.Concurrency+1)
+	}
 	if cfg.Rate > 0 {
 		s.limit = min(s.limit, max(1, int(math.Ceil(cfg.Rate/10))))
 	}
@@ -355,9 +363,7 @@ func (s *Sender) flushLocked() error {
 	if len(b.Tags) == 0 {
 		return s.err()
 	}
-	// The next batch is likely the size of this one: room for it up front
-	// spares growing it line by line.
-	s.cur = &Batch{Body: make([]byte, 0, len(b.Body)+len(b.Body)/4), Tags: make([]int64, 0, len(b.Tags)+len(b.Tags)/4)}
+	s.cur = s.nextBatch(b)
 	s.gen++
 	if s.timer != nil {
 		s.timer.Stop()
@@ -460,6 +466,25 @@ func (s *Sender) report(r Result) {
 	if s.cfg.OnResult != nil {
 		s.cfg.OnResult(r)
 	}
+	if s.free != nil {
+		r.Batch.Body, r.Batch.Tags = r.Batch.Body[:0], r.Batch.Tags[:0]
+		select {
+		case s.free <- r.Batch:
+		default:
+		}
+	}
+}
+
+// nextBatch is an empty batch to fill after last: an answered one
+// (Recycle), else a new one with room for as much as last held, which the
+// next batch likely holds too.
+func (s *Sender) nextBatch(last *Batch) *Batch {
+	select {
+	case b := <-s.free: // nil channel without Recycle: never ready
+		return b
+	default:
+	}
+	return &Batch{Body: make([]byte, 0, len(last.Body)+len(last.Body)/4), Tags: make([]int64, 0, len(last.Tags)+len(last.Tags)/4)}
 }
 
 // pacer schedules batches at a rate in events per second (GCRA, burst of

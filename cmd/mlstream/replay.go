@@ -268,6 +268,7 @@ func (r *replayer) run(ctx context.Context, in io.Reader) error {
 	r.sender = r.client.NewSender(ctx, o.stream, client.SenderConfig{
 		MaxEvents: o.batch, MaxBytes: o.batchBytes, Concurrency: o.concurrency, Rate: o.rate,
 		FlushAfter: o.flushAfter, Grace: replayGrace, OnResult: r.onResult, OnRetry: r.onRetry,
+		Recycle: true, // onResult and onRetry keep no batch
 	})
 
 	progressDone := make(chan struct{})
