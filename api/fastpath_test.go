@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	goruntime "runtime"
@@ -203,4 +205,30 @@ func TestStringFastPathAllocatesNothingPerEvent(t *testing.T) {
 	if per := float64(allocated) / (events * requests); per > 4 {
 		t.Errorf("%.1f bytes allocated per event", per)
 	}
+}
+
+// FuzzStringFastPathDecodes: a body decoded with the fast path gives the
+// same count, or the same error, as the parser alone.
+func FuzzStringFastPathDecodes(f *testing.F) {
+	for _, seed := range []string{
+		"{\"item\":\"a\"}\n{\"item\":\"b\"}\n", "{\"item\":\"a\"}\n\n  {\"item\" : \"b\"}\r\n", "{\"item\":\"a\"}\n{\"item\":null}",
+		"{\"item\":\"a\"}\n{\"item\":\"b\"", "[{\"item\":\"a\"},{\"item\":\"b\\n\"}]", "{\n\"item\": \"a\"\n}", "{\"item\":\"a\"}{\"item\":\"b\"}",
+		"{\"item\":\"" + strings.Repeat("x", 70) + "\"}", "{\"item\":\"a\",\"ts\":1}\n{\"item\":[\"a\",1]}",
+	} {
+		f.Add([]byte(seed), "")
+	}
+	e := runtime.NewEngine(runtime.Config{Partitions: 2, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer e.Close(f.Context())
+	if _, err := e.PutJob(runtime.Spec{Name: "d", Kind: "distinct", Input: "s", Params: map[string]any{"field": "item"}}); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, ctype string) {
+		fast, _ := e.NewBatch("s")
+		slow, _ := e.NewBatch("s")
+		nf, errf := decodeInto(fast, body, ctype, 64, 1<<20, func(v *fastjson.Value, line int) error { return fast.Add(v, line) })
+		ns, errs := decodeEvents(body, ctype, 64, func(v *fastjson.Value, line int) error { return slow.Add(v, line) })
+		if nf != ns || fmt.Sprint(errf) != fmt.Sprint(errs) || fast.Len() != slow.Len() {
+			t.Fatalf("%q: fast path %d, %v (%d in the batch); parser %d, %v (%d)", body, nf, errf, fast.Len(), ns, errs, slow.Len())
+		}
+	})
 }
