@@ -67,9 +67,27 @@ func sniff(body []byte, contentType string) format {
 // parsed values exists at a time. It returns the number of events fn
 // accepted.
 func decodeEvents(body []byte, contentType string, maxEvent int, fn func(v *fastjson.Value, line int) error) (int, error) {
+	return decodeEventsWith(body, contentType, maxEvent, shortcuts{}, fn)
+}
+
+// shortcuts take events without parsing them: whole lines of an NDJSON
+// body (line: the line starting at body[off], returning where the next
+// one starts), or single events of any body (event). Either returns false
+// to leave the event to the parser.
+type shortcuts struct {
+	line  func(body []byte, off int) (next int, ok bool)
+	event func(ev []byte) bool
+}
+
+// decodeEventsWith is decodeEvents, except that the events that sc takes
+// are not parsed nor passed to fn.
+func decodeEventsWith(body []byte, contentType string, maxEvent int, sc shortcuts, fn func(v *fastjson.Value, line int) error) (int, error) {
 	p := parsers.Get()
 	defer parsers.Put(p)
-	return splitEvents(body, contentType, maxEvent, func(ev []byte, line int) error {
+	return splitEvents(body, contentType, maxEvent, sc.line, func(ev []byte, line int) error {
+		if sc.event != nil && sc.event(ev) {
+			return nil
+		}
 		v, err := p.ParseBytes(ev)
 		if err != nil {
 			return badJSON(line, "%s", shortErr(err))
@@ -81,20 +99,20 @@ func decodeEvents(body []byte, contentType string, maxEvent int, fn func(v *fast
 // countEvents counts the events of body without parsing them, checking
 // the framing and every event's size.
 func countEvents(body []byte, contentType string, maxEvent int) (int, error) {
-	return splitEvents(body, contentType, maxEvent, func([]byte, int) error { return nil })
+	return splitEvents(body, contentType, maxEvent, nil, func([]byte, int) error { return nil })
 }
 
 // splitEvents calls fn with the bytes of each event of body and its line
 // or position, refusing an event over maxEvent bytes before fn sees it.
-// It returns the number of events fn accepted.
-func splitEvents(body []byte, contentType string, maxEvent int, fn func(ev []byte, line int) error) (int, error) {
+// It returns the number of events fn accepted, or took (shortcuts.line).
+func splitEvents(body []byte, contentType string, maxEvent int, take func(body []byte, off int) (int, bool), fn func(ev []byte, line int) error) (int, error) {
 	switch sniff(body, contentType) {
 	case formatArray:
 		return splitArray(body, maxEvent, fn)
 	case formatSingle:
 		return splitSingle(bytes.TrimSpace(body), maxEvent, fn)
 	}
-	return splitLines(body, maxEvent, fn)
+	return splitLines(body, maxEvent, take, fn)
 }
 
 func splitSingle(ev []byte, maxEvent int, fn func(ev []byte, line int) error) (int, error) {
@@ -112,11 +130,19 @@ func splitSingle(ev []byte, maxEvent int, fn func(ev []byte, line int) error) (i
 
 // splitLines splits an NDJSON body. A body whose first event spans
 // several lines and is all the body holds is one pretty-printed event.
-func splitLines(body []byte, maxEvent int, fn func(ev []byte, line int) error) (int, error) {
+// take, if not nil, is offered each line first (shortcuts.line).
+func splitLines(body []byte, maxEvent int, take func(body []byte, off int) (int, bool), fn func(ev []byte, line int) error) (int, error) {
 	n := 0
 	line := 0
 	for off := 0; off < len(body); {
 		line++
+		if take != nil {
+			if next, ok := take(body, off); ok {
+				n++
+				off = next
+				continue
+			}
+		}
 		l := body[off:]
 		if i := bytes.IndexByte(l, '\n'); i >= 0 {
 			l = l[:i]

@@ -187,6 +187,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		stream: stream, what: fmt.Sprintf("the jobs reading stream %q", stream), unit: "events",
 		newBatch: func() (*runtime.Batch, error) { return s.engine.NewBatch(stream) },
 		add:      (*runtime.Batch).Add,
+		strings:  true,
 	})
 	if ok {
 		writeJSON(w, http.StatusAccepted, ingestResponse{Accepted: accepted, Shed: b.Shed()})
@@ -201,6 +202,8 @@ type batchRequest struct {
 	unit     string // what the body holds, for that error
 	newBatch func() (*runtime.Batch, error)
 	add      func(b *runtime.Batch, v *fastjson.Value, line int) error
+	// strings lets add's events take the string fast path (decodeInto).
+	strings bool
 }
 
 // commitBody reads the body into a new batch and commits it, honouring an
@@ -226,21 +229,10 @@ func (s *Server) commitBody(w http.ResponseWriter, r *http.Request, br batchRequ
 		return nil, 0, false
 	}
 	defer releaseBody(buf)
-	ctype := r.Header.Get("Content-Type")
-	events, err := countEvents(buf.Bytes(), ctype, s.cfg.MaxEventBytes)
-	if err == nil && events > b.MaxEvents() {
-		err = &DecodeError{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf(
-			"%d %s, more than the queues of %s can take in one request (%d); send smaller batches", events, br.unit, br.what, b.MaxEvents())}
-	}
-	if err != nil {
-		s.refuse(w, stream, err, max(events, 1))
-		return nil, 0, false
-	}
-	b.Expect(events)
 	b.SetKey(key)
-	n, err := decodeEvents(buf.Bytes(), ctype, s.cfg.MaxEventBytes, func(v *fastjson.Value, line int) error { return br.add(b, v, line) })
+	n, err := s.decodeBatch(b, br, buf.Bytes(), r.Header.Get("Content-Type"))
 	if err != nil {
-		s.refuse(w, stream, err, events)
+		s.refuse(w, stream, err, n)
 		return nil, 0, false
 	}
 	accepted, err = b.Commit(runtime.WithIngestKey(r.Context(), key))
@@ -249,6 +241,41 @@ func (s *Server) commitBody(w http.ResponseWriter, r *http.Request, br batchRequ
 		return nil, 0, false
 	}
 	return b, accepted, true
+}
+
+// errTooMany stops decoding a body of more events than the batch takes.
+var errTooMany = errors.New("too many events")
+
+// decodeBatch decodes body into b in one pass and returns its number of
+// events. A body that fails is then counted (countEvents), so that it is
+// refused as if its framing, its events' sizes and their number had been
+// checked before any event was decoded, and n is the count of its events
+// (at least 1), for the metric of refused events.
+func (s *Server) decodeBatch(b *runtime.Batch, br batchRequest, body []byte, ctype string) (n int, err error) {
+	most := b.MaxEvents()
+	add := func(v *fastjson.Value, line int) error {
+		if b.Len() >= most {
+			return errTooMany // the batch holds no more than its queues take
+		}
+		return br.add(b, v, line)
+	}
+	if br.strings {
+		n, err = decodeInto(b, body, ctype, s.cfg.MaxEventBytes, most, add)
+	} else {
+		n, err = decodeEvents(body, ctype, s.cfg.MaxEventBytes, add)
+	}
+	if err == nil {
+		return n, nil
+	}
+	events, cerr := countEvents(body, ctype, s.cfg.MaxEventBytes)
+	switch {
+	case cerr != nil:
+		return max(events, 1), cerr
+	case events > most:
+		return events, &DecodeError{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf(
+			"%d %s, more than the queues of %s can take in one request (%d); send smaller batches", events, br.unit, br.what, most)}
+	}
+	return events, err
 }
 
 // maxIdempotencyKey is the longest Idempotency-Key header taken.

@@ -431,7 +431,7 @@ func (rh *redisHTTP) note(installed string) string {
 	return fmt.Sprintf("%s items drawn Zipf(1.1) from 100,000 (the stream of the Redis tables above), median of %d runs by wall time; the ratios divide figures of this one run. "+
 		"**%s**: redis-server started by this run on a loopback port without persistence; redis-cli --pipe sends a file of RESP commands, written before timing, as fast as the server takes them, and waits for the last reply (checked: no errors, one reply a command; after, PFCOUNT within 5%% of the distinct items and ZCARD equal to them). "+
 		"Wall: redis-cli's run; CPU: redis-cli's (rusage) plus redis-server's over the run (the run time of its threads, /proc/PID/task/*/schedstat, in ns). "+
-		"**mlstream**: the real binary (go build ./cmd/mlstream), `serve` with no fault tolerance (--data \"\"), jobs declared in its config, fed the items as NDJSON lines {\"item\": ...} over HTTP on loopback. "+
+		"**mlstream**: the real binary (go build ./cmd/mlstream), `serve` with no fault tolerance (--data \"\"), jobs declared in its config, fed the items as NDJSON lines {\"item\": ...} over HTTP on loopback; as every job on the stream reads that one string field, the server takes these lines by its string fast path (scanned, not parsed; the distinct job gets their hashes). "+
 		"Wall: from the first request until every job reports all items processed (GET /v1/jobs/NAME polled every 2 ms); CPU: the server's (likewise from schedstat) plus the feeder's (`mlstream replay`'s rusage, or this benchmark process's own, which does nothing else meanwhile). "+
 		"The machine has 2 cores, shared by client and server on both sides.%s",
 		humanize(float64(rh.n)), rh.reps, rh.redisName, installed)

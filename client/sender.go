@@ -44,6 +44,10 @@ type SenderConfig struct {
 	OnResult func(Result)
 	// OnRetry, when set, is called before each retry of a batch.
 	OnRetry func(*Batch, Retry)
+	// Recycle hands the arrays of an answered batch to a later one, sparing
+	// an allocation per batch. OnResult and OnRetry must then not keep a
+	// *Batch, its Body or its Tags after they return.
+	Recycle bool
 }
 
 // Defaults of SenderConfig.
@@ -118,6 +122,7 @@ type Sender struct {
 	closed bool
 
 	work chan *Batch
+	free chan *Batch // answered batches to fill again (Recycle)
 	wg   sync.WaitGroup
 
 	ctx       context.Context // the user's
@@ -149,6 +154,9 @@ func (c *Client) NewSender(ctx context.Context, stream string, cfg SenderConfig)
 		cfg.FlushAfter = DefaultFlushAfter
 	}
 	s := &Sender{c: c, stream: stream, cfg: cfg, limit: cfg.MaxEvents, cur: &Batch{}, pace: pacer{rate: cfg.Rate}, work: make(chan *Batch)}
+	if cfg.Recycle {
+		s.free = make(chan *Batch, cfg.Concurrency+1)
+	}
 	if cfg.Rate > 0 {
 		s.limit = min(s.limit, max(1, int(math.Ceil(cfg.Rate/10))))
 	}
@@ -193,11 +201,8 @@ func (s *Sender) AddRaw(event []byte, tag int64) error {
 func (s *Sender) add(event []byte, tag int64, position bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.err(); err != nil {
+	if err := s.usableLocked(); err != nil {
 		return err
-	}
-	if s.closed {
-		return errors.New("client: Add after Close")
 	}
 	n := s.added.Add(1)
 	if position {
@@ -206,6 +211,24 @@ func (s *Sender) add(event []byte, tag int64, position bool) error {
 	b := s.cur
 	b.Body = append(append(b.Body, event...), '\n')
 	b.Tags = append(b.Tags, tag)
+	return s.addedLocked()
+}
+
+// usableLocked is the error of an Add now: the Sender stopped or closed.
+func (s *Sender) usableLocked() error {
+	if err := s.err(); err != nil {
+		return err
+	}
+	if s.closed {
+		return errors.New("client: Add after Close")
+	}
+	return nil
+}
+
+// addedLocked sends the current batch once it is full, and starts its
+// FlushAfter timer when it got its first event.
+func (s *Sender) addedLocked() error {
+	b := s.cur
 	if len(b.Tags) >= s.limit || len(b.Body) >= s.cfg.MaxBytes {
 		return s.flushLocked()
 	}
@@ -215,6 +238,107 @@ func (s *Sender) add(event []byte, tag int64, position bool) error {
 	}
 	return nil
 }
+
+// AddLines adds every line of lines (NDJSON: lines end with '\n', the
+// last one may not) as AddRaw would, each tagged with firstTag plus its
+// index among the lines: blank lines are skipped but counted. It is how
+// to send a file: many lines a call, copied into the batches in runs of
+// lines rather than one at a time.
+func (s *Sender) AddLines(lines []byte, firstTag int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usableLocked(); err != nil {
+		return err
+	}
+	a := linesAdder{s: s, lines: lines}
+	tag := firstTag
+	for i := 0; i < len(lines); tag++ {
+		end, next := len(lines), len(lines)
+		if k := bytes.IndexByte(lines[i:], '\n'); k >= 0 {
+			end, next = i+k, i+k+1
+		}
+		var err error
+		if line := lines[i:end]; end < next && len(line) > 0 && !isSpace(line[0]) && !isSpace(line[len(line)-1]) {
+			err = a.clean(next, tag)
+		} else {
+			err = a.trimmed(i, next, bytes.TrimSpace(line), tag)
+		}
+		if err != nil {
+			return err
+		}
+		i = next
+	}
+	a.copyRun(len(lines))
+	a.count()
+	if len(s.cur.Tags) > 0 && s.timer == nil && s.cfg.FlushAfter > 0 {
+		gen := s.gen
+		s.timer = time.AfterFunc(s.cfg.FlushAfter, func() { s.flushGen(gen) })
+	}
+	return nil
+}
+
+// linesAdder is AddLines's progress through its lines: the lines from
+// run on are whole lines that go into the current batch as they are, not
+// yet copied; added counts the events not yet in the Sender's stats.
+type linesAdder struct {
+	s     *Sender
+	lines []byte
+	run   int
+	added int64
+}
+
+// clean adds the line that ends before next as it is, sending the batch
+// when full.
+func (a *linesAdder) clean(next int, tag int64) error {
+	b := a.s.cur
+	b.Tags = append(b.Tags, tag)
+	a.added++
+	if len(b.Tags) >= a.s.limit || len(b.Body)+next-a.run >= a.s.cfg.MaxBytes {
+		a.copyRun(next)
+		return a.flush()
+	}
+	return nil
+}
+
+// trimmed adds ev, the line from i to next without its white space,
+// unless it is empty.
+func (a *linesAdder) trimmed(i, next int, ev []byte, tag int64) error {
+	a.copyRun(i)
+	a.run = next
+	if len(ev) == 0 {
+		return nil
+	}
+	b := a.s.cur
+	b.Body = append(append(b.Body, ev...), '\n')
+	b.Tags = append(b.Tags, tag)
+	a.added++
+	if len(b.Tags) >= a.s.limit || len(b.Body) >= a.s.cfg.MaxBytes {
+		return a.flush()
+	}
+	return nil
+}
+
+// copyRun copies the lines from run to end into the current batch.
+func (a *linesAdder) copyRun(end int) {
+	b := a.s.cur
+	b.Body = append(b.Body, a.lines[a.run:end]...)
+	a.run = end
+}
+
+func (a *linesAdder) count() {
+	a.s.added.Add(a.added)
+	a.added = 0
+}
+
+func (a *linesAdder) flush() error {
+	a.count()
+	return a.s.flushLocked()
+}
+
+// isSpace says whether a line starting or ending with c may need
+// bytes.TrimSpace: ASCII control characters and space, and any byte of a
+// multi-byte character (Unicode has white space beyond ASCII).
+func isSpace(c byte) bool { return c <= ' ' || c >= 0x80 }
 
 // flushGen sends the batch of generation gen if it is still filling.
 func (s *Sender) flushGen(gen uint64) {
@@ -239,7 +363,7 @@ func (s *Sender) flushLocked() error {
 	if len(b.Tags) == 0 {
 		return s.err()
 	}
-	s.cur = &Batch{}
+	s.cur = s.nextBatch(b)
 	s.gen++
 	if s.timer != nil {
 		s.timer.Stop()
@@ -342,6 +466,25 @@ func (s *Sender) report(r Result) {
 	if s.cfg.OnResult != nil {
 		s.cfg.OnResult(r)
 	}
+	if s.free != nil {
+		r.Batch.Body, r.Batch.Tags = r.Batch.Body[:0], r.Batch.Tags[:0]
+		select {
+		case s.free <- r.Batch:
+		default:
+		}
+	}
+}
+
+// nextBatch is an empty batch to fill after last: an answered one
+// (Recycle), else a new one with room for as much as last held, which the
+// next batch likely holds too.
+func (s *Sender) nextBatch(last *Batch) *Batch {
+	select {
+	case b := <-s.free: // nil channel without Recycle: never ready
+		return b
+	default:
+	}
+	return &Batch{Body: make([]byte, 0, len(last.Body)+len(last.Body)/4), Tags: make([]int64, 0, len(last.Tags)+len(last.Tags)/4)}
 }
 
 // pacer schedules batches at a rate in events per second (GCRA, burst of

@@ -41,6 +41,7 @@ type jobBatch struct {
 	// bufs lend parts and the arena's features and values their arrays.
 	bufs      *buffers
 	shedStats shedStats
+	hashed    bool // AddString gives the job hashes, not strings (fastpath.go)
 	// rec is the record being extracted: a field rather than a local, as
 	// a local would escape through the kind's Extract, one allocation per
 	// event.

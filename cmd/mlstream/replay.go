@@ -268,6 +268,7 @@ func (r *replayer) run(ctx context.Context, in io.Reader) error {
 	r.sender = r.client.NewSender(ctx, o.stream, client.SenderConfig{
 		MaxEvents: o.batch, MaxBytes: o.batchBytes, Concurrency: o.concurrency, Rate: o.rate,
 		FlushAfter: o.flushAfter, Grace: replayGrace, OnResult: r.onResult, OnRetry: r.onRetry,
+		Recycle: true, // onResult and onRetry keep no batch
 	})
 
 	progressDone := make(chan struct{})
@@ -296,12 +297,32 @@ func (r *replayer) run(ctx context.Context, in io.Reader) error {
 
 // readLines adds the input's lines to the Sender, tagged with their line numbers, until the
 // input ends (nil), reading fails (an error naming the line) or the Sender stops (nil: Close
-// says why).
+// says why). The lines go in blocks: all the whole lines buffered at a time, in one AddLines.
 func (r *replayer) readLines(in io.Reader) error {
-	br := bufio.NewReaderSize(in, 64<<10)
+	br := bufio.NewReaderSize(in, replayBlockBytes)
 	var buf []byte
-	for lineNo := int64(1); ; lineNo++ {
-		var err error
+	for lineNo := int64(1); ; {
+		block, err := nextReplayBlock(br)
+		if len(block) > 0 {
+			n, long := replayBlockLines(block, lineNo)
+			if r.sender.AddLines(block[:n], lineNo) != nil {
+				return nil
+			}
+			r.bytesRead.Add(int64(n))
+			if long > 0 {
+				return fmt.Errorf("line %d is longer than %d bytes", long, replayMaxLineBytes)
+			}
+			lineNo += int64(bytes.Count(block, []byte{'\n'}))
+			br.Discard(len(block))
+			continue
+		}
+		if err != nil && err != io.EOF {
+			return fmt.Errorf("reading line %d: %w", lineNo, err)
+		}
+		if err == io.EOF && br.Buffered() == 0 {
+			return nil
+		}
+		// A line that does not end in the buffer: read on to its end.
 		buf, err = readReplayLine(br, buf[:0], &r.bytesRead)
 		if errors.Is(err, errReplayLineTooLong) {
 			return fmt.Errorf("line %d is longer than %d bytes", lineNo, replayMaxLineBytes)
@@ -309,13 +330,45 @@ func (r *replayer) readLines(in io.Reader) error {
 		if err != nil && err != io.EOF {
 			return fmt.Errorf("reading line %d: %w", lineNo, err)
 		}
-		if r.sender.AddRaw(buf, lineNo) != nil {
+		if r.sender.AddRaw(buf, lineNo) != nil || err == io.EOF {
 			return nil
 		}
-		if err == io.EOF {
-			return nil
-		}
+		lineNo++
 	}
+}
+
+// replayBlockBytes is the size of the read buffer, and the most a block of lines holds.
+const replayBlockBytes = 1 << 20
+
+// nextReplayBlock returns the whole lines buffered in br, reading if none are: nil when the
+// next line does not end in the buffer (or at the end of the input, with io.EOF). The block
+// stays in br until discarded.
+func nextReplayBlock(br *bufio.Reader) ([]byte, error) {
+	_, err := br.Peek(1) // fills the buffer when it is empty
+	data, _ := br.Peek(br.Buffered())
+	end := bytes.LastIndexByte(data, '\n')
+	if end < 0 {
+		return nil, err
+	}
+	return data[:end+1], nil
+}
+
+// replayBlockLines returns how much of block, from its start, holds lines within
+// replayMaxLineBytes (all of it, normally), and the number of the first line that is longer
+// (0: none). The first line of block is line first.
+func replayBlockLines(block []byte, first int64) (n int, long int64) {
+	if len(block) <= replayMaxLineBytes {
+		return len(block), 0 // no line in it can be longer
+	}
+	for line := first; n < len(block); line++ {
+		end := n + bytes.IndexByte(block[n:], '\n') // every line of a block ends in it
+		l := bytes.TrimSuffix(block[n:end], []byte{'\r'})
+		if len(l) > replayMaxLineBytes {
+			return n, line
+		}
+		n = end + 1
+	}
+	return n, 0
 }
 
 var errReplayLineTooLong = errors.New("line too long")

@@ -12,7 +12,6 @@ import (
 	"github.com/mlstream/mlstream/kinds/internal/synopsis"
 	"github.com/mlstream/mlstream/runtime"
 	"github.com/mlstream/mlstream/synopses"
-	"github.com/valyala/fastjson"
 )
 
 // Name is the kind's name in a spec.
@@ -76,10 +75,6 @@ func memory(spec runtime.Spec, p *runtime.Params, _ bool) (int64, string, error)
 	return int64(spec.Partitions) * n * sketch, "params.precision", nil
 }
 
-func (j *job) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.Arena, now int64) error {
-	return j.sp.Extract(v, rec, a, now)
-}
-
 func (j *job) NewPartition(index int, out runtime.Emitter) runtime.Operator {
 	sk, err := synopses.NewWindowedDistinct(j.precision, j.sp.Window, j.sp.Keep)
 	if err != nil {
@@ -95,10 +90,6 @@ func (j *job) NewPartition(index int, out runtime.Emitter) runtime.Operator {
 // part is one partition's distinct counter.
 type part struct {
 	synopsis.Summary[*synopses.Distinct, *synopses.WindowedDistinct]
-}
-
-func (p *part) Process(recs []runtime.Record, logged bool) {
-	p.ProcessWith(recs, logged, func(v string, _ float64, ts int64) (bool, bool) { return p.Sketch.InsertString(v, ts) })
 }
 
 // Count is the answer of query distinct (GET /v1/jobs/{job}/distinct).

@@ -171,7 +171,7 @@ func (s *Part) Observe(r *runtime.Record, logged bool) {
 	s.dirty = true
 	// α: the most one event moves a summary; an event kept by load
 	// shedding counts with its weight (Value).
-	if n := int64(len(r.Values)) * int64(max(r.Value, 1)); n > s.maxVals.Load() {
+	if n := int64(len(r.Values)+len(r.Features)) * int64(max(r.Value, 1)); n > s.maxVals.Load() { // Features: hashed values
 		s.maxVals.Store(n)
 	}
 	s.pending++
@@ -311,21 +311,13 @@ type Summary[S any, W Windowed[S]] struct {
 // ProcessWith adds every value of each record with add, keeping fault
 // tolerance informed event by event and backing up at window ends.
 func (p *Summary[S, W]) ProcessWith(recs []runtime.Record, logged bool, add func(v string, weight float64, ts int64) (late, closed bool)) {
-	p.expect(len(recs), logged)
-	for i := range recs {
-		r := &recs[i]
-		p.Observe(r, logged)
-		closed := false
+	p.ProcessRecords(recs, logged, func(r *runtime.Record) (closed bool) {
 		for _, v := range r.Values {
 			_, c := add(v, r.Value, r.TS)
 			closed = closed || c
 		}
-		p.Check(p.Sketch.StateDivergence(), closed)
-		if closed {
-			p.WindowEnded()
-		}
-	}
-	p.Check(0, true)
+		return closed
+	})
 }
 
 // Coordinate publishes the summary at the end of a group of batches.

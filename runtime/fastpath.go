@@ -1,0 +1,105 @@
+package runtime
+
+import "github.com/mlstream/mlstream/learners"
+
+// The string fast path of ingest: when every job reading a stream takes
+// its events' one string field and nothing else (a distinct or
+// heavy_hitters job fed {"item": "..."}), the API hands the text of each
+// such event straight to AddString instead of parsing it into a
+// fastjson.Value for Add. The records are the ones Extract makes.
+
+// StringFielder is an Instance whose events may take the string fast path.
+type StringFielder interface {
+	// StringField names the field, and says (ok) whether Extract of any
+	// event that is an object with that field as its only member, holding
+	// a string s, fills the record with exactly TS now, Label -1, no key,
+	// and s as its one value: in Values, or, when hashed, as the feature
+	// {Hash: learners.HashName(s), Value: 1} in Features, with no Values
+	// (see Arena.HashValues).
+	StringField() (field string, hashed, ok bool)
+}
+
+// StringField is the field of the string fast path when every job
+// reading the batch's stream takes it (StringFielder, all with the same
+// field); ok is false otherwise, and then only Add may be used. Call it
+// after SetKey, before AddString.
+func (b *Batch) StringField() (field string, ok bool) {
+	for i, jb := range b.jobs {
+		sf, isSF := jb.job.kind.instance().(StringFielder)
+		if !isSF {
+			return "", false
+		}
+		f, hashed, fok := sf.StringField()
+		if !fok || i > 0 && f != field {
+			return "", false
+		}
+		field, jb.hashed = f, hashed
+	}
+	for _, jb := range b.jobs {
+		if !jb.keyed {
+			// A request without a key takes one step of the job's round
+			// robin, not one per event: its events go round from there.
+			jb.rr = jb.job.rr.Add(1)
+		}
+	}
+	return field, len(b.jobs) > 0
+}
+
+// AddString adds the event {field: "s"} for the field of StringField,
+// given s as its JSON text between the quotes, which must hold no
+// backslash (no escapes: the text is the string). Nothing can be wrong
+// with such an event, so there is no error. The text is copied only for
+// jobs that keep strings, once for all of them, and hashed only for jobs
+// that take hashes, once for all of them.
+func (b *Batch) AddString(s []byte) {
+	var str string
+	var hash uint64
+	copied, hashed := false, false
+	for _, jb := range b.jobs {
+		rec := Record{TS: b.nowMs, Label: -1, Side: jb.side}
+		if jb.hashed {
+			if !hashed {
+				hash, hashed = learners.HashName(b2s(s)), true
+			}
+			start := len(jb.arena.feats)
+			jb.arena.feats = append(jb.arena.feats, learners.Feature{Hash: hash, Value: 1})
+			rec.Features = jb.arena.feats[start : start+1 : start+1]
+		} else {
+			if !copied {
+				// Arena bytes are never written again once handed out.
+				str, copied = jb.arena.str(s), true
+			}
+			mark := len(jb.arena.vals)
+			jb.arena.vals = append(jb.arena.vals, str)
+			rec.Values = jb.arena.Values(mark)
+		}
+		p := jb.roundRobin()
+		jb.parts[p] = append(jb.parts[p], rec)
+	}
+	b.events++
+}
+
+// roundRobin is the partition of the next event without a key on the fast
+// path: the request's own round robin, which for a request with an
+// Idempotency-Key is the one partition (SetKey) follows.
+func (jb *jobBatch) roundRobin() int {
+	n := uint64(len(jb.parts))
+	if n == 1 {
+		return 0
+	}
+	jb.rr++
+	return int(jb.rr % n)
+}
+
+// HashValues replaces the values of rec, extracted into a, by their
+// hashes (learners.HashName), as features of value 1, in order: the
+// records of a kind that reads no more of a value than its hash
+// (StringFielder's hashed).
+func (a *Arena) HashValues(rec *Record) {
+	start := len(a.feats)
+	for _, v := range rec.Values {
+		a.feats = append(a.feats, learners.Feature{Hash: learners.HashName(v), Value: 1})
+	}
+	rec.Features = a.feats[start:len(a.feats):len(a.feats)]
+	rec.Values = nil
+}
