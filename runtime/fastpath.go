@@ -81,11 +81,15 @@ func (b *Batch) AddString(s []byte) {
 
 // roundRobin is the partition of the next event without a key on the fast
 // path: the request's own round robin, which for a request with an
-// Idempotency-Key is the one partition (SetKey) follows.
+// Idempotency-Key is the one partition (SetKey) follows; in cluster mode
+// the request's sticky runs (partition).
 func (jb *jobBatch) roundRobin() int {
 	n := uint64(len(jb.parts))
 	if n == 1 {
 		return 0
+	}
+	if jb.sticky {
+		return jb.partition("")
 	}
 	jb.rr++
 	return int(jb.rr % n)
