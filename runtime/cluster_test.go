@@ -93,6 +93,21 @@ func TestClusterModeSticksKeylessEventsToAPartition(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	postFast := func(events int) {
+		b, err := e.NewBatch("s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := b.StringField(); !ok {
+			t.Fatal("no string fast path")
+		}
+		for i := range events {
+			b.AddString(fmt.Appendf(nil, "i%d", i))
+		}
+		if _, err := b.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	nonEmpty := func(sizes []int) (n int) {
 		for _, s := range sizes {
 			if s > 0 {
@@ -106,6 +121,7 @@ func TestClusterModeSticksKeylessEventsToAPartition(t *testing.T) {
 	post("k", 2*stickyRun+10, false)
 	post("k", 2*stickyRun+10, false)
 	post("", 1000, true)
+	postFast(1000)
 	r := pub.reqs
 	if nonEmpty(r[0]) != 1 || nonEmpty(r[1]) != 1 || reflect.DeepEqual(r[0], r[1]) {
 		t.Errorf("two keyless requests of 1,000 events: %v and %v, want each on one partition, not the same", r[0], r[1])
@@ -118,5 +134,8 @@ func TestClusterModeSticksKeylessEventsToAPartition(t *testing.T) {
 	}
 	if nonEmpty(r[4]) != 4 {
 		t.Errorf("1,000 events of distinct keys went to %v, want every partition", r[4])
+	}
+	if nonEmpty(r[5]) != 1 {
+		t.Errorf("1,000 keyless events on the string fast path went %v, want one partition", r[5])
 	}
 }
