@@ -1,0 +1,106 @@
+package runtime
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// crashRescaleAt starts a rescale of job name in e that "crashes" at
+// point: the rescale stops there for good (its engine is abandoned, as
+// kill -9 leaves it). It returns once the rescale got there.
+func crashRescaleAt(t *testing.T, e *Engine, name string, to int, point string) {
+	t.Helper()
+	reached := make(chan struct{})
+	hook := func(job, p string) {
+		if job == name && p == point {
+			close(reached)
+			select {} // the process is gone
+		}
+	}
+	rescaleHook.Store(&hook)
+	t.Cleanup(func() { rescaleHook.Store(nil) })
+	go func() { _, _ = e.Rescale(context.Background(), name, to, "test") }()
+	select {
+	case <-reached:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the rescale never reached %s", point)
+	}
+	rescaleHook.Store(nil)
+}
+
+func ftHHSpec(partitions int) Spec {
+	return Spec{Name: "hh", Kind: "heavy_hitters", Input: "s", Partitions: partitions, Params: map[string]any{"field": "u", "counters": 200},
+		FT: FTSpec{Mode: "exact", MaxDivergence: 1000, MaxPending: 1000, MaxUnacked: 1000}}
+}
+
+// A crash at any point of a rescale recovers the old layout (before the
+// new one is the job's) or the new one (after), whole: every event
+// accepted is counted once, and the job takes more and rescales again.
+func TestRescaleCrashRecoversOneLayout(t *testing.T) {
+	for _, c := range []struct {
+		point string
+		want  int // partitions after the recovery
+	}{
+		{pointParked, 2},
+		{pointBackedUp, 2},
+		{pointCommitted, 5},
+		{pointStarted, 5},
+	} {
+		t.Run(c.point, func(t *testing.T) {
+			dir := t.TempDir()
+			e := ftEngine(t, dir)
+			j := mustPut(t, e, ftHHSpec(2))
+			waitFullBackup(t, j)
+			if _, err := ingest(e, "s", hhEvents(500, 0)...); err != nil {
+				t.Fatal(err)
+			}
+			waitProcessed(t, j, 500)
+			want := sec(j.Status(false)).TopK
+			crashRescaleAt(t, e, "hh", 5, c.point)
+
+			// The restart: the spec says 2 partitions, the data decides.
+			e2 := ftEngine(t, dir) // abandoned later: not closed
+			j2 := mustPut(t, e2, ftHHSpec(2))
+			if n := len(j2.parts); n != c.want || j2.Spec().Partitions != c.want {
+				t.Fatalf("recovered %d partitions (spec %d), want %d", n, j2.Spec().Partitions, c.want)
+			}
+			// (A crash widens the upper bounds, as after any crash.)
+			got := sec(j2.Status(false)).TopK
+			g, w := got.Items[0], want.Items[0]
+			if got.Total != 500 || g.Key != w.Key || g.Estimate != w.Estimate || g.Lower != w.Lower {
+				t.Fatalf("recovered total %d top %+v, want 500 and %+v", got.Total, got.Items[0], want.Items[0])
+			}
+			// It goes on: more events, another rescale (into the place the
+			// crashed one may have left half written), another crash.
+			if _, err := ingest(e2, "s", hhEvents(500, 500)...); err != nil {
+				t.Fatal(err)
+			}
+			mustRescale(t, e2, "hh", 3)
+			j2 = latestJob(t, e2, "hh")
+			waitTotal(t, j2, 1000)
+			waitFullBackup(t, j2)
+			e3 := ftEngine(t, dir) // e2 abandoned: a crash after the rescale
+			t.Cleanup(func() { _ = e3.Close(context.Background()) })
+			j3 := mustPut(t, e3, ftHHSpec(2))
+			if n := len(j3.parts); n != 3 {
+				t.Fatalf("recovered %d partitions after the second rescale, want 3", n)
+			}
+			if total := sec(j3.Status(false)).TopK.Total; total != 1000 {
+				t.Fatalf("recovered total %d after the second rescale, want 1000", total)
+			}
+		})
+	}
+}
+
+// waitTotal waits until heavy hitters job j counted n events.
+func waitTotal(t *testing.T, j *Job, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for sec(j.Status(false)).TopK.Total != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("counted %d events, want %d", sec(j.Status(false)).TopK.Total, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
