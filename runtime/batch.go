@@ -173,12 +173,16 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	defer cancel()
 	if err := b.enterJobs(ctx); err != nil {
 		b.e.metrics.refused(b.stream, "busy", b.events)
+		b.countBusy()
 		b.releaseBuffers()
 		return 0, err
 	}
 	defer b.leaveJobs()
 	b.shedLoad()
 	held, err := b.reserve(ctx)
+	if errors.Is(err, ErrBusy) {
+		b.countBusy()
+	}
 	if err != nil {
 		held.release()
 		b.releaseBuffers()
@@ -213,6 +217,14 @@ func (b *Batch) enterJobs(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// countBusy counts the request's events as offered to its jobs and
+// refused as busy, for their autoscalers.
+func (b *Batch) countBusy() {
+	for _, jb := range b.jobs {
+		jb.job.refusedBusy.Add(uint64(b.events))
+	}
 }
 
 func (b *Batch) leaveJobs() {

@@ -56,6 +56,9 @@ type Config struct {
 	// RescaleTimeout bounds how long a rescale waits for the job's queued
 	// events to be processed before it gives up (default 30s).
 	RescaleTimeout time.Duration
+	// AutoscaleInterval is the time between two decisions of a job's
+	// autoscaler (default 10s); negative: none but Engine.AutoscaleTick's.
+	AutoscaleInterval time.Duration
 	// Cluster, when set, runs the engine as one node of a cluster
 	// (cluster.go): requests are published to the cluster's log and
 	// partitions get their events from it. Storage is then unused: fault
@@ -89,6 +92,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.RescaleTimeout <= 0 {
 		c.RescaleTimeout = 30 * time.Second
+	}
+	if c.AutoscaleInterval == 0 {
+		c.AutoscaleInterval = 10 * time.Second
 	}
 	if c.Storage == nil && c.Store != nil {
 		c.Storage = ft.NewDir(c.DataDir, c.Store)
@@ -283,6 +289,7 @@ func (e *Engine) create(r *reservation, incarnation string, record, withFT bool)
 		return nil, err
 	}
 	j.elastic.generation = gen
+	e.startAutoscaler(j)
 	if !record && gen > 0 && e.hasRecord(j) {
 		// Restored from a record written before its last rescale.
 		_ = e.record(j.spec, incarnation)
@@ -583,6 +590,7 @@ func (e *Engine) Close(ctx context.Context) error {
 
 // stopJob stops j and tells the cluster.
 func (e *Engine) stopJob(j *Job) {
+	j.stopAutoscaler()
 	j.stop()
 	if e.cfg.Cluster != nil {
 		e.cfg.Cluster.Detach(j)

@@ -77,6 +77,9 @@ type lineage struct {
 	// deletion and with the engine's Close.
 	rescaleMu sync.Mutex
 	elastic   elasticState
+	// refusedBusy counts the events refused as busy (ErrBusy): offered,
+	// for the autoscaler, though not accepted.
+	refusedBusy atomic.Uint64
 }
 
 // elasticState is the job's rescale history.
@@ -111,6 +114,8 @@ type RescaleReport struct {
 	Generation uint64 `json:"generation"`
 	// Processed is the job's processed count when its state moved.
 	Processed uint64 `json:"processed"`
+	// Decision is the autoscaler's, when it asked for the rescale.
+	Decision *AutoscaleDecision `json:"decision,omitempty"`
 }
 
 // RescaleMessage is the rescale WebSocket message (type rescale).
@@ -324,6 +329,12 @@ func atRescalePoint(job, point string) {
 // move its state), *BudgetError, ErrClosed, ErrRescaleFailed (nothing
 // changed). A rescale to the current count changes nothing.
 func (e *Engine) Rescale(ctx context.Context, name string, partitions int, reason string) (RescaleReport, error) {
+	return e.rescale(ctx, name, partitions, reason, nil, nil)
+}
+
+// rescale is Rescale of the job of lineage lin (nil: whichever has the
+// name), which the autoscaler's decision d (nil: none) asked for.
+func (e *Engine) rescale(ctx context.Context, name string, partitions int, reason string, lin *lineage, d *AutoscaleDecision) (RescaleReport, error) {
 	if e.cfg.Cluster != nil {
 		return RescaleReport{}, fmt.Errorf("%w: job %q runs in cluster mode, where its partitions move between nodes", ErrRescaleClustered, name)
 	}
@@ -335,6 +346,12 @@ func (e *Engine) Rescale(ctx context.Context, name string, partitions int, reaso
 		return RescaleReport{}, err
 	}
 	defer j.rescaleMu.Unlock()
+	if lin != nil && j.lineage != lin {
+		return RescaleReport{}, ErrUnknownJob // deleted, and another job took the name
+	}
+	if a := j.spec.Autoscale; a != nil && (partitions < a.Min || partitions > a.Max) {
+		return RescaleReport{}, &SpecError{"partitions", fmt.Sprintf("must be within the job's autoscale [min, max] = [%d, %d], got %d", a.Min, a.Max, partitions)}
+	}
 	from := len(j.parts)
 	if from == partitions {
 		return RescaleReport{From: from, To: from, At: time.Now(), Reason: reason}, nil
@@ -347,7 +364,7 @@ func (e *Engine) Rescale(ctx context.Context, name string, partitions int, reaso
 	}
 	spec := j.spec
 	spec.Partitions = partitions
-	rs := &rescale{e: e, old: j, spec: spec, reason: reason}
+	rs := &rescale{e: e, old: j, spec: spec, reason: reason, decision: d}
 	if rs.mem, err = estimateMemory(spec, j.ft != nil); err != nil {
 		return RescaleReport{}, err
 	}
@@ -418,12 +435,13 @@ func (e *Engine) unadmitRescale(j *Job, mem MemoryEstimate) {
 
 // rescale is one rescale of a job, old, to spec.
 type rescale struct {
-	e      *Engine
-	old    *Job
-	spec   Spec
-	mem    MemoryEstimate
-	reason string
-	rep    RescaleReport
+	e        *Engine
+	old      *Job
+	spec     Spec
+	mem      MemoryEstimate
+	reason   string
+	decision *AutoscaleDecision
+	rep      RescaleReport
 }
 
 // run holds ingest, parks the old partitions, builds the new job, makes
@@ -432,7 +450,7 @@ type rescale struct {
 func (rs *rescale) run(ctx context.Context) (RescaleReport, error) {
 	old, name := rs.old, rs.spec.Name
 	start := time.Now()
-	rs.rep = RescaleReport{From: len(old.parts), To: rs.spec.Partitions, At: start, Reason: rs.reason}
+	rs.rep = RescaleReport{From: len(old.parts), To: rs.spec.Partitions, At: start, Reason: rs.reason, Decision: rs.decision}
 	if err := old.ingest.hold(ctx); err != nil {
 		old.ingest.open(nil)
 		return RescaleReport{}, err
