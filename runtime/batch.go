@@ -331,6 +331,7 @@ func (b *Batch) reserve(ctx context.Context) (reservations, error) {
 func (b *Batch) push() ([]*partFT, error) {
 	var durable []*partFT
 	for _, jb := range b.jobs {
+		jb.job.keys.observe(jb.parts)
 		req := jb.job.ftRequest(jb.parts)
 		bufs := jb.lend()
 		for i, recs := range jb.parts {

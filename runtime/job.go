@@ -38,10 +38,12 @@ type Job struct {
 	processedBase uint64
 	// maxPartitions is Config.MaxPartitions, for the status.
 	maxPartitions int
-	shedDelay     time.Duration  // max_delay of load shedding; 0 when off
-	wg            sync.WaitGroup // partition goroutines
-	ft            *jobFT         // nil when the job has no fault tolerance
-	mem           MemoryEstimate // what the job counts against Config.MaxMemory
+	// loads are the partitions' loads at the engine's samples (skew.go).
+	loads     loadMeter
+	shedDelay time.Duration  // max_delay of load shedding; 0 when off
+	wg        sync.WaitGroup // partition goroutines
+	ft        *jobFT         // nil when the job has no fault tolerance
+	mem       MemoryEstimate // what the job counts against Config.MaxMemory
 }
 
 // gate holds partitions back while a job is paused.
@@ -344,6 +346,7 @@ func (j *Job) depth() int64 {
 }
 
 func (j *Job) sample(now time.Time) {
+	j.sampleLoads(now)
 	j.samples.add(sample{at: now, accepted: j.accepted.Load(), processed: j.processed(), lat: j.lat.snap(), depth: j.depth(), group: jobGroupStatus(j.parts)})
 }
 

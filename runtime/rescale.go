@@ -80,6 +80,8 @@ type lineage struct {
 	// refusedBusy counts the events refused as busy (ErrBusy): offered,
 	// for the autoscaler, though not accepted.
 	refusedBusy atomic.Uint64
+	// keys summarises the job's event keys (skew.go).
+	keys keySketch
 }
 
 // elasticState is the job's rescale history.

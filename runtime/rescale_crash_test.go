@@ -104,3 +104,34 @@ func waitTotal(t *testing.T, j *Job, n uint64) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A job created at run time and rescaled comes back after a restart with
+// its new partition count and its state; its record says so.
+func TestRescaledJobRestoredFromItsRecord(t *testing.T) {
+	dir := t.TempDir()
+	e, jobs := recordingEngine(t, dir, nil)
+	j := mustPut(t, e, hhSpec())
+	if _, err := ingest(e, "s", hhEvents(300, 0)...); err != nil {
+		t.Fatal(err)
+	}
+	waitProcessed(t, j, 300)
+	mustRescale(t, e, "hh", 3)
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := jobs.Load()
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records %v, %v", recs, err)
+	}
+	if spec, err := DecodeSpec(recs[0].Spec); err != nil || spec.Partitions != 3 {
+		t.Fatalf("recorded spec %s, %v", recs[0].Spec, err)
+	}
+	e2, _ := recordingEngine(t, dir, nil)
+	j2 := latestJob(t, e2, "hh")
+	if n := len(j2.parts); n != 3 {
+		t.Fatalf("restored with %d partitions, want 3", n)
+	}
+	if total := topTotal(t, e2); total != 300 {
+		t.Fatalf("restored total %d, want 300", total)
+	}
+}

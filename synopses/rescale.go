@@ -6,8 +6,8 @@ import (
 )
 
 // Rescaling: when a job's partition count changes, its partitions'
-// windowed summaries are folded into one another (MergeFrom) and a heavy
-// hitters summary is split by the partition each item goes to (SplitBy).
+// windowed summaries are merged (WindowedDistinct.MergeFrom) or their
+// counters redistributed by item (RescaleHH).
 
 // mergeFrom folds o's windows into w: each of o's windows into w's of the
 // same index (made when missing). The newest window is current; windows
@@ -50,32 +50,49 @@ func (w *windows[S]) place(all []*window[S]) {
 	}
 }
 
-// MergeFrom folds o's windows into h (see Merge for each window's
-// bounds). o is not modified.
-func (h *WindowedHH) MergeFrom(o *WindowedHH) { h.w.mergeFrom(&o.w) }
-
 // MergeFrom folds o's windows into d (register-wise maximum: the union).
 // o is not modified.
 func (d *WindowedDistinct) MergeFrom(o *WindowedDistinct) { d.w.mergeFrom(&o.w) }
 
-// SplitBy splits h into n summaries, window by window: piece q holds the
-// counters of the items that part maps to q. Piece 0 also keeps h's
-// counts of late, dropped and closed events and its pending widens, so
-// that merging the pieces again gives h's counts. h is not modified.
-func (h *WindowedHH) SplitBy(n int, part func(item string) int) []*WindowedHH {
-	out := make([]*WindowedHH, n)
-	lists := make([][]*window[*HeavyHitters], n)
-	for _, x := range h.w.list() {
-		for q, s := range x.s.SplitBy(n, part) {
-			lists[q] = append(lists[q], &window[*HeavyHitters]{idx: x.idx, s: s})
+// RescaleHH redistributes the summaries of a job's partitions, from, over
+// n new ones by item, window by window: new partition q holds the items
+// part maps to q, each with its counts and errors summed over the old
+// partitions (their events were disjoint), the largest kept when more
+// than the counters (what is dropped bounds the untracked, as in Merge).
+// Partition 0 also holds the totals, the widening and the old summaries'
+// untracked bounds as widening (an item a new summary does not track may
+// have had up to that count in an old one), and the counts of late,
+// dropped and closed events. So every item's bounds stay valid, and with
+// no counter ever evicted a query (the merge of the partitions) answers
+// as before. from is not modified.
+func RescaleHH(from []*WindowedHH, n int, part func(item string) int) []*WindowedHH {
+	byIdx := map[int64][]*HeavyHitters{}
+	var idxs []int64
+	for _, h := range from {
+		for _, x := range h.w.list() {
+			if _, ok := byIdx[x.idx]; !ok {
+				idxs = append(idxs, x.idx)
+			}
+			byIdx[x.idx] = append(byIdx[x.idx], x.s)
 		}
 	}
+	lists := make([][]*window[*HeavyHitters], n)
+	for _, idx := range idxs {
+		for q, s := range redistribute(byIdx[idx], n, part) {
+			lists[q] = append(lists[q], &window[*HeavyHitters]{idx: idx, s: s})
+		}
+	}
+	out := make([]*WindowedHH, n)
 	for q := range out {
-		w := h.w
-		w.scratch, w.state, w.carried, w.pend = nil, byteBuf{}, 0, nil
-		w.late, w.dropped = 0, 0
+		w := windows[*HeavyHitters]{size: from[0].w.size, keep: from[0].w.keep, newS: from[0].w.newS,
+			clone: from[0].w.clone, merge: from[0].w.merge, widen: from[0].w.widen}
 		if q == 0 {
-			w.late, w.dropped, w.pend = h.w.late, h.w.dropped, slices.Clone(h.w.pend)
+			for _, h := range from {
+				w.late += h.w.late
+				w.dropped += h.w.dropped
+				w.nclosed = max(w.nclosed, h.w.nclosed)
+				w.pend = append(w.pend, h.w.pend...)
+			}
 		}
 		w.place(lists[q])
 		out[q] = &WindowedHH{w: w}
@@ -83,28 +100,53 @@ func (h *WindowedHH) SplitBy(n int, part func(item string) int) []*WindowedHH {
 	return out
 }
 
-// SplitBy splits h's counters by the partition each item goes to: piece
-// q holds, with their counts and errors, the items part maps to q. Piece
-// 0 also holds h's total and widening, and widens by h's untracked bound:
-// an item a piece does not track may have had up to that count in h. So
-// merging the pieces (as a query merges partitions) gives every tracked
-// item the bounds it had in h or wider, and no untracked item a lower
-// bound; with no counter ever evicted the answers are h's own. h is not
-// modified.
-func (h *HeavyHitters) SplitBy(n int, part func(item string) int) []*HeavyHitters {
+// redistribute makes the n summaries of one window (see RescaleHH).
+func redistribute(from []*HeavyHitters, n int, part func(string) int) []*HeavyHitters {
+	type acc struct{ count, err uint64 }
+	items := make([]map[string]acc, n)
+	for q := range items {
+		items[q] = map[string]acc{}
+	}
+	capacity := from[0].capacity
+	var total, widen uint64
+	for _, h := range from {
+		total += h.total
+		widen += h.widen + h.untracked()
+		for _, e := range h.heap {
+			key := h.slots[e.id].key
+			m := items[part(key)]
+			a := m[key]
+			m[key] = acc{a.count + e.count, a.err + h.errs[e.id]}
+		}
+	}
 	out := make([]*HeavyHitters, n)
-	for q := range out {
-		out[q] = NewHeavyHitters(h.capacity)
+	for q, m := range items {
+		type ent struct {
+			key string
+			acc
+		}
+		ents := make([]ent, 0, len(m))
+		for k, a := range m {
+			ents = append(ents, ent{k, a})
+		}
+		slices.SortFunc(ents, func(a, b ent) int {
+			if c := cmp.Compare(b.count, a.count); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.key, b.key)
+		})
+		h := newHH(capacity, min(len(ents), capacity))
+		if len(ents) > capacity {
+			h.floor = ents[capacity].count
+			ents = ents[:capacity]
+		}
+		for _, e := range ents {
+			h.add(e.key, e.count, e.err)
+		}
+		h.rebuild()
+		out[q] = h
 	}
-	for _, e := range h.heap {
-		s := &h.slots[e.id]
-		out[part(s.key)].add(s.key, e.count, h.errs[e.id])
-	}
-	for _, p := range out {
-		p.rebuild()
-	}
-	out[0].total = h.total
-	out[0].widen = h.widen + h.untracked()
+	out[0].total, out[0].widen = total, widen
 	return out
 }
 

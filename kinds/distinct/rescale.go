@@ -3,7 +3,6 @@ package distinct
 import (
 	"github.com/mlstream/mlstream/kinds/internal/synopsis"
 	"github.com/mlstream/mlstream/runtime"
-	"github.com/mlstream/mlstream/synopses"
 )
 
 var _ runtime.Rescaling = (*job)(nil)
@@ -19,8 +18,9 @@ func (j *job) RescaleInto(next runtime.Instance) error {
 	if !ok {
 		return synopsis.NotRescalable(Name, next)
 	}
-	synopsis.Rescale(j.parts, nj.parts, func(i int, sk *synopses.WindowedDistinct, parts []*part) {
-		parts[i%len(parts)].Sketch.MergeFrom(sk)
-	})
+	for i, p := range j.parts {
+		nj.parts[i%len(nj.parts)].Sketch.MergeFrom(p.Sketch)
+	}
+	synopsis.Inherit(j.parts, nj.parts)
 	return nil
 }

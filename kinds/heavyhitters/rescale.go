@@ -9,21 +9,21 @@ import (
 var _ runtime.Rescaling = (*job)(nil)
 
 // RescaleInto moves the counters to the partition their item goes to
-// with next's partition count (runtime.PartitionOf), window by window:
-// each old summary is split by item and the pieces bound for one
-// partition are merged, which keeps every item's bounds (see
-// synopses.HeavyHitters.SplitBy).
+// with next's partition count (runtime.PartitionOf), window by window,
+// keeping every item's bounds (synopses.RescaleHH).
 func (j *job) RescaleInto(next runtime.Instance) error {
 	nj, ok := next.(*job)
 	if !ok {
 		return synopsis.NotRescalable(Name, next)
 	}
 	n := len(nj.parts)
-	to := func(item string) int { return runtime.PartitionOf(item, n) }
-	synopsis.Rescale(j.parts, nj.parts, func(_ int, sk *synopses.WindowedHH, parts []*part) {
-		for q, piece := range sk.SplitBy(n, to) {
-			parts[q].Sketch.MergeFrom(piece)
-		}
-	})
+	old := make([]*synopses.WindowedHH, len(j.parts))
+	for i, p := range j.parts {
+		old[i] = p.Sketch
+	}
+	for q, sk := range synopses.RescaleHH(old, n, func(item string) int { return runtime.PartitionOf(item, n) }) {
+		nj.parts[q].Sketch = sk
+	}
+	synopsis.Inherit(j.parts, nj.parts)
 	return nil
 }

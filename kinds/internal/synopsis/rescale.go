@@ -8,20 +8,18 @@ import (
 
 // Rescaling (runtime.Rescaling) of the synopsis kinds.
 
-// summary is the part's Summary, for Rescale: every partition of these
+// summary is the part's Summary, for Inherit: every partition of these
 // kinds embeds one.
 func (p *Summary[S, W]) summary() *Summary[S, W] { return p }
 
-// Rescale moves the parts of a job before a rescale, from, into those of
-// the job after, to: move places one old part's sketch into the new
-// parts; the new part 0 takes what the old parts knew besides their
-// sketches (α, the values of events lost in crashes). from is only read.
-func Rescale[S any, W Windowed[S], P interface{ summary() *Summary[S, W] }](from, to []P, move func(i int, sketch W, to []P)) {
+// Inherit hands the new part 0 of a rescaled job, of parts to, what the
+// old parts, from, knew besides their sketches: α (the most values one
+// event had) and the values of events lost in crashes. from is only read.
+func Inherit[S any, W Windowed[S], P interface{ summary() *Summary[S, W] }](from, to []P) {
 	dst := to[0].summary()
 	var lost uint64
-	for i, p := range from {
+	for _, p := range from {
 		o := p.summary()
-		move(i, o.Sketch, to)
 		dst.maxVals.Store(max(dst.maxVals.Load(), o.maxVals.Load()))
 		o.pub.Lock()
 		lost += o.pub.lostValues
