@@ -375,6 +375,7 @@ func (e *Engine) rescale(ctx context.Context, name string, partitions int, reaso
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.RescaleTimeout)
 	defer cancel()
+	e.log.Info("rescaling job: ingest held", "job", name, "from", from, "to", partitions, "reason", reason)
 	rep, err := rs.run(ctx)
 	if err != nil {
 		e.unadmitRescale(j, rs.mem)
