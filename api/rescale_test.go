@@ -133,3 +133,12 @@ func TestPatchInClusterModeIsAConflict(t *testing.T) {
 		t.Fatalf("PATCH in cluster mode: %d %v", code, body)
 	}
 }
+
+// In cluster mode a spec with an autoscale section is refused, naming it.
+func TestAutoscaleInClusterModeIsRefused(t *testing.T) {
+	ts := newTestServer(t, func(c *runtime.Config, _ *Config) { c.Cluster = noCluster{} })
+	code, _, body := ts.do("PUT", "/v1/jobs/a", "application/json", []byte(`{"kind":"logreg","input":"mail","autoscale":{"max":2}}`))
+	if code != http.StatusBadRequest || body["field"] != "autoscale" {
+		t.Fatalf("PUT with autoscale in cluster mode: %d %v", code, body)
+	}
+}

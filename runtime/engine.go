@@ -211,6 +211,9 @@ func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created boo
 	if spec.Source != nil && e.cfg.Cluster == nil {
 		return false, &SpecError{"source", "a NATS source needs cluster mode (serve with --cluster or --nats)"}
 	}
+	if spec.Autoscale != nil && e.cfg.Cluster != nil {
+		return false, &SpecError{"autoscale", "not supported in cluster mode yet: a clustered job cannot be rescaled"}
+	}
 	if j, err := e.Job(spec.Name); err == nil && onlyPartitionsDiffer(j.spec, spec) {
 		// A new partition count for a running job: rescale it.
 		_, err := e.Rescale(context.Background(), spec.Name, spec.Partitions, "api")
@@ -233,6 +236,7 @@ func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created boo
 	if err := e.publish(r, j, err); err != nil {
 		return false, err
 	}
+	e.startAutoscaler(j)
 	e.log.Info("job started", "job", spec.Name, "kind", spec.Kind, "streams", spec.Streams(), "partitions", spec.Partitions,
 		"memory_estimate_bytes", mem.Total(), "incarnation", incarnation)
 	return true, nil
@@ -289,7 +293,6 @@ func (e *Engine) create(r *reservation, incarnation string, record, withFT bool)
 		return nil, err
 	}
 	j.elastic.generation = gen
-	e.startAutoscaler(j)
 	if !record && gen > 0 && e.hasRecord(j) {
 		// Restored from a record written before its last rescale.
 		_ = e.record(j.spec, incarnation)

@@ -2,8 +2,12 @@ package runtime
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mlstream/mlstream/ft"
 )
 
 // crashRescaleAt starts a rescale of job name in e that "crashes" at
@@ -134,4 +138,49 @@ func TestRescaledJobRestoredFromItsRecord(t *testing.T) {
 	if total := topTotal(t, e2); total != 300 {
 		t.Fatalf("restored total %d, want 300", total)
 	}
+}
+
+// failingStore refuses every backup while fail is set.
+type failingStore struct {
+	ft.Store
+	fail atomic.Bool
+}
+
+func (s *failingStore) Put(key ft.Key, meta ft.BackupMeta, data []byte) (ft.BackupMeta, error) {
+	if s.fail.Load() {
+		return meta, errors.New("disk full")
+	}
+	return s.Store.Put(key, meta, data)
+}
+
+// A rescale whose new layout cannot be backed up does not happen: the
+// job goes on with its partitions and its state, takes events, and
+// rescales once the store works again.
+func TestRescaleThatCannotBackUpLeavesTheJob(t *testing.T) {
+	dir := t.TempDir()
+	ds, err := ft.NewDirStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &failingStore{Store: ds}
+	e := testEngine(t, Config{Partitions: 1, Store: store, DataDir: dir})
+	j := mustPut(t, e, ftHHSpec(2))
+	if _, err := ingest(e, "s", hhEvents(200, 0)...); err != nil {
+		t.Fatal(err)
+	}
+	waitTotal(t, j, 200)
+	store.fail.Store(true)
+	if _, err := e.Rescale(context.Background(), "hh", 4, "test"); !errors.Is(err, ErrRescaleFailed) {
+		t.Fatalf("rescale with a failing store: %v, want ErrRescaleFailed", err)
+	}
+	store.fail.Store(false)
+	if cur := latestJob(t, e, "hh"); cur != j || len(cur.parts) != 2 {
+		t.Fatalf("after the failed rescale the job has %d partitions (same job: %v)", len(cur.parts), cur == j)
+	}
+	if _, err := ingest(e, "s", hhEvents(100, 200)...); err != nil {
+		t.Fatal(err)
+	}
+	waitTotal(t, j, 300)
+	mustRescale(t, e, "hh", 4)
+	waitTotal(t, latestJob(t, e, "hh"), 300)
 }
