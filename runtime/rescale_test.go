@@ -158,7 +158,12 @@ func TestRescaleJoinRehashesTuples(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitProcessed(t, j, 50)
+	publishAll(t, j)
+	before := sec(j.Status(false)).Join
 	mustRescale(t, e, "j", 5)
+	if after := sec(latestJob(t, e, "j").Status(false)).Join; after.Seen != before.Seen || after.StateTuples != 50 || after.StateTuples != before.StateTuples {
+		t.Fatalf("join after the rescale: seen %d with %d tuples, before %d with %d", after.Seen, after.StateTuples, before.Seen, before.StateTuples)
+	}
 	var right []string
 	for i := range 50 {
 		right = append(right, fmt.Sprintf(`{"k":"key%d","ts":%d}`, i, 2000+i))
