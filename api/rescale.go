@@ -94,7 +94,7 @@ func rescaleError(w http.ResponseWriter, name string, err error) {
 	case errors.Is(err, runtime.ErrUnknownJob):
 		writeError(w, http.StatusNotFound, apiError{Error: fmt.Sprintf("no job %q", name)})
 	case errors.As(err, &se):
-		writeError(w, http.StatusBadRequest, apiError{Error: se.Field + ": " + se.Msg, Field: se.Field})
+		writeError(w, http.StatusBadRequest, apiError{Error: err.Error(), Field: se.Field})
 	case errors.As(err, &be):
 		writeJSON(w, http.StatusInsufficientStorage, budgetError{
 			apiError:      apiError{Error: err.Error(), Field: "partitions"},

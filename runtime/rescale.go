@@ -380,6 +380,12 @@ func (e *Engine) rescale(ctx context.Context, name string, partitions int, reaso
 	if err != nil {
 		e.unadmitRescale(j, rs.mem)
 		e.log.Warn("rescale failed: the job goes on with its partitions", "job", name, "from", from, "to", partitions, "err", err)
+		var se *SpecError
+		if errors.As(err, &se) {
+			// The kind refuses its params with this count (a join's
+			// max_state too small for its partitions, say).
+			return RescaleReport{}, fmt.Errorf("with %d partitions: %w", partitions, err)
+		}
 		return RescaleReport{}, fmt.Errorf("%w: job %q stays at %d partitions: %v", ErrRescaleFailed, name, from, err)
 	}
 	return rep, nil

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlstream/mlstream/joins"
 	"github.com/valyala/fastjson"
 )
 
@@ -256,6 +257,14 @@ func TestRescaleRefusals(t *testing.T) {
 	spec.Params = map[string]any{"field": "v"}
 	if _, err := e.PutJob(spec); !errors.Is(err, ErrJobExists) {
 		t.Fatalf("PUT of another spec: %v, want ErrJobExists", err)
+	}
+	// A count the kind's params do not allow: its error, naming the param.
+	mustPut(t, e, Spec{Name: "j", Kind: "join", Left: "L", Right: "R", Partitions: 2, Params: map[string]any{"on": "k", "within": "1m", "max_state": 2 * joins.MinBytes}})
+	if _, err := e.Rescale(context.Background(), "j", 8, "test"); !errors.As(err, &se) || se.Field != "params.max_state" {
+		t.Fatalf("join rescaled past its max_state: %v, want a SpecError of params.max_state", err)
+	}
+	if n := len(latestJob(t, e, "j").parts); n != 2 {
+		t.Fatalf("the refused rescale left %d partitions", n)
 	}
 }
 
