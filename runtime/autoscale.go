@@ -11,19 +11,21 @@ import (
 )
 
 // The autoscaler: a job with an autoscale section changes its partition
-// count by itself (rescale.go), from two measures taken at each decision
-// over the time since the previous one: the job's input rate (events
-// accepted, and refused as busy, per second) and each partition's true
-// rate (events processed per second it was busy processing, which does
-// not depend on how loaded it is). It wants
+// count by itself (rescale.go), from two measures: the job's input rate
+// since the previous decision (events accepted, and refused as busy, per
+// second) and its partitions' true rate over the last rateWindow
+// decisions (events processed per second busy processing, which does not
+// depend on how loaded they are). It wants
 //
 //	partitions = ceil(input rate / (true rate per partition × target utilization))
 //
-// within [min, max]. It scales up as soon as that is above the count, and
-// down only when even a utilization of target × (1 + autoscaleHysteresis)
-// leaves a partition idle, and never twice within the cool-down: noise
-// around a boundary does not make it oscillate. Its max never passes
-// GOMAXPROCS (single-node mode: partitions beyond the cores only queue).
+// within [min, max]. It scales up to that as soon as it is above the
+// count, and down only to ceil(needed × (1 + autoscaleHysteresis)), when
+// that is below the count: a count n holds while the partitions needed
+// stay within ((n-1)/(1+h), n], a band wide enough that noise in the
+// measures does not make it oscillate; and never two rescales within the
+// cool-down. Its max never passes GOMAXPROCS (single-node mode:
+// partitions beyond the cores only queue).
 
 // AutoscaleSpec is a job's autoscale section; absent, the autoscaler is off.
 type AutoscaleSpec struct {
@@ -126,9 +128,12 @@ type autoscaler struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 
-	mu        sync.Mutex // serialises ticks
+	tickMu    sync.Mutex // serialises ticks
+	mu        sync.Mutex // guards the fields below, never held over a rescale
 	last      loadSample
-	rate      float64 // the last true rate measured (0: none yet)
+	// work is the events and busy time of the last rateWindow measures
+	// with any: the true rate is theirs, steadier than one measure's.
+	work []workDone
 	rescaled  time.Time
 	decisions []AutoscaleDecision
 }
@@ -186,32 +191,59 @@ func (j *Job) measure(now time.Time) loadSample {
 	return s
 }
 
+// workDone is the events processed in some busy time.
+type workDone struct {
+	events uint64
+	busy   time.Duration
+}
+
+// rateWindow is how many measures the true rate is taken over: a
+// partition's true rate is a property of its kind and its events, which
+// changes slowly, and one measure is noisy (a busy time ends with a wake
+// that a loaded machine delays).
+const rateWindow = 4
+
+// trueRate adds one measure's work and returns the events per busy second
+// of the window (0: none measured yet).
+func (a *autoscaler) trueRate(w workDone) float64 {
+	if w.busy > 0 {
+		a.work = append(a.work, w)
+		if len(a.work) > rateWindow {
+			a.work = slices.Delete(a.work, 0, len(a.work)-rateWindow)
+		}
+	}
+	var sum workDone
+	for _, x := range a.work {
+		sum.events += x.events
+		sum.busy += x.busy
+	}
+	if sum.busy <= 0 {
+		return 0
+	}
+	return float64(sum.events) / sum.busy.Seconds()
+}
+
 // rates compares two samples of one job layout: the input rate, the
-// job's true rate (0 when no partition was busy) and each partition's.
-func rates(prev, cur loadSample) (input, trueRate float64, perPart []float64) {
+// work done (none across layouts) and each partition's true rate.
+func rates(prev, cur loadSample) (input float64, work workDone, perPart []float64) {
 	dt := cur.at.Sub(prev.at).Seconds()
 	if dt > 0 {
 		input = float64(cur.offered-prev.offered) / dt
 	}
 	if prev.job != cur.job {
-		return input, 0, nil // another layout: no busy time to compare
+		return input, work, nil // another layout: no busy time to compare
 	}
-	var events uint64
-	var busy time.Duration
 	for i, p := range cur.parts {
 		e, b := p.processed-prev.parts[i].processed, p.busy-prev.parts[i].busy
-		events += e
-		busy += b
+		work.events += e
+		work.busy += b
 		r := 0.0
 		if b > 0 {
 			r = float64(e) / b.Seconds()
 		}
 		perPart = append(perPart, r)
 	}
-	if busy > 0 {
-		trueRate = float64(events) / busy.Seconds()
-	}
-	return input, trueRate, perPart
+	return input, work, perPart
 }
 
 // decide is the autoscaler's rule (see the package comment of this file):
@@ -226,13 +258,13 @@ func (a *autoscaler) decide(now time.Time, n int, input, trueRate float64) Autos
 	d.Utilization = input / (float64(n) * trueRate)
 	d.Needed = input / (trueRate * target)
 	up := a.clamp(math.Ceil(d.Needed))
-	down := a.clamp(math.Ceil(input / (trueRate * min(1, target*(1+autoscaleHysteresis)))))
+	down := a.clamp(math.Ceil(d.Needed * (1 + autoscaleHysteresis)))
 	why := fmt.Sprintf("input %.0f/s at %.0f/s per partition needs %.2f partitions for utilization %.2f", input, trueRate, d.Needed, target)
 	switch {
 	case up > n:
 		d.Target, d.Action = up, "up"
-	case down < n && up < n:
-		d.Target, d.Action = up, "down"
+	case down < n:
+		d.Target, d.Action = down, "down"
 	default:
 		d.Reason = why + fmt.Sprintf("; %d is within the hysteresis band", n)
 		return d
@@ -276,43 +308,56 @@ func (e *Engine) autoscaleTick(ctx context.Context, lin *lineage, name string, n
 	if a == nil {
 		return AutoscaleDecision{}, fmt.Errorf("%w: job %q has no autoscale section", ErrNotSupported, name)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.tickMu.Lock()
+	defer a.tickMu.Unlock()
 	j, err := e.Job(name)
 	if err != nil || j.lineage != lin {
 		return AutoscaleDecision{}, ErrUnknownJob
 	}
+	d, act := a.measureAndDecide(j, now)
+	if act {
+		// Without a.mu: a rescale takes a while, and the status reads it.
+		_, err = e.rescale(ctx, name, d.Target, "autoscale "+d.Action+": "+d.Reason, lin, &d)
+		if err != nil {
+			d.Error = err.Error()
+			d.Target, d.Action = d.Partitions, "hold"
+		}
+	}
+	var nj *Job
+	if act && err == nil {
+		nj, _ = e.Job(name)
+	}
+	a.done(d, nj, now)
+	return d, nil
+}
+
+// measureAndDecide measures j at now against the last measure and
+// decides; act says a rescale is wanted. The first call only measures.
+func (a *autoscaler) measureAndDecide(j *Job, now time.Time) (d AutoscaleDecision, act bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	cur := j.measure(now)
 	prev := a.last
 	a.last = cur
 	if prev.at.IsZero() {
-		d := AutoscaleDecision{At: now, Partitions: len(j.parts), Target: len(j.parts), Action: "hold", Reason: "first measure"}
-		a.record(d)
-		return d, nil
+		return AutoscaleDecision{At: now, Partitions: len(j.parts), Target: len(j.parts), Action: "hold", Reason: "first measure"}, false
 	}
-	input, trueRate, perPart := rates(prev, cur)
-	if trueRate > 0 {
-		a.rate = trueRate
-	}
-	d := a.decide(now, len(j.parts), input, a.rate)
-	d.TrueRate, d.PartitionRates = trueRate, perPart
-	if trueRate == 0 {
-		d.TrueRate = a.rate // the last measured: nothing was processed since
-	}
-	if d.Action != "hold" {
-		if _, err := e.rescale(ctx, name, d.Target, "autoscale "+d.Action+": "+d.Reason, lin, &d); err != nil {
-			d.Error = err.Error()
-			d.Target, d.Action = d.Partitions, "hold"
-		} else {
-			a.rescaled = now
-			// Busy time of the new layout starts from zero.
-			if nj, err := e.Job(name); err == nil {
-				a.last = nj.measure(now)
-			}
-		}
+	input, work, perPart := rates(prev, cur)
+	d = a.decide(now, len(j.parts), input, a.trueRate(work))
+	d.PartitionRates = perPart
+	return d, d.Action != "hold"
+}
+
+// done records decision d; rescaled, when not nil, is the job after the
+// rescale d asked for, whose busy times start from zero.
+func (a *autoscaler) done(d AutoscaleDecision, rescaled *Job, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if rescaled != nil {
+		a.rescaled = now
+		a.last = rescaled.measure(now)
 	}
 	a.record(d)
-	return d, nil
 }
 
 // autoscaler is the job's autoscaler, nil without one.

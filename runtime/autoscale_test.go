@@ -26,14 +26,15 @@ func TestAutoscaleDecide(t *testing.T) {
 		reasonContains string
 	}{
 		{3, 1000, 0, 0, "hold", 3, "no processing measured"},
-		{3, 1000, 1000, 0, "down", 2, ""},         // 1000/(1000·0.5) = 2, and 2 at 0.575 too
-		{2, 1500, 1000, 0, "up", 3, "needs 3.00"}, // 1500/(1000·0.5) = 3
+		{3, 1000, 1000, 0, "hold", 3, "hysteresis"}, // needs 2, and 2 × 1.15 rounds up to 3
+		{2, 1500, 1000, 0, "up", 3, "needs 3.00"},   // 1500/(1000·0.5) = 3
 		{2, 1500, 1000, 10 * time.Second, "hold", 2, "cooldown"},
 		{2, 1500, 1000, 31 * time.Second, "up", 3, ""},
 		{3, 100000, 1000, 0, "up", 6, ""},           // clamped to the effective max
 		{6, 10, 1000, 0, "down", 2, ""},             // to min
 		{4, 1900, 1000, 0, "hold", 4, "hysteresis"}, // needs 3.8 → 4
-		{5, 1900, 1000, 0, "down", 4, ""},           // at 0.575 4 suffice: down to 4
+		{5, 1900, 1000, 0, "hold", 5, "hysteresis"}, // 3.8 × 1.15 rounds up to 5
+		{6, 1900, 1000, 0, "down", 5, ""},           // to 5, not 4: 4 would sit at the edge of its band
 	} {
 		a.rescaled = time.Time{}
 		if c.since > 0 {
