@@ -128,12 +128,12 @@ type autoscaler struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 
-	tickMu    sync.Mutex // serialises ticks
-	mu        sync.Mutex // guards the fields below, never held over a rescale
-	last      loadSample
+	tickMu sync.Mutex // serialises ticks
+	mu     sync.Mutex // guards the fields below, never held over a rescale
+	last   loadSample
 	// work is the events and busy time of the last rateWindow measures
 	// with any: the true rate is theirs, steadier than one measure's.
-	work []workDone
+	work      []workDone
 	rescaled  time.Time
 	decisions []AutoscaleDecision
 }
