@@ -137,6 +137,9 @@ func newJobIn(spec Spec, hub *Hub, cfg *Config, slot int, lin *lineage) (*Job, e
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := k.instance().(Rescaling); spec.Autoscale != nil && !ok {
+		return nil, &SpecError{"autoscale", fmt.Sprintf("kind %s cannot move its state to another partition count", spec.Kind)}
+	}
 	j := &Job{spec: spec, kind: k, lineage: lin, slot: slot}
 	if spec.Shed != nil {
 		j.shedDelay, _ = spec.Shed.delay() // checked by spec.validate

@@ -59,7 +59,7 @@ func TestRescaleCrashRecoversOneLayout(t *testing.T) {
 			if _, err := ingest(e, "s", hhEvents(500, 0)...); err != nil {
 				t.Fatal(err)
 			}
-			waitProcessed(t, j, 500)
+			waitTotal(t, j, 500) // published: the top k read next is whole
 			want := sec(j.Status(false)).TopK
 			crashRescaleAt(t, e, "hh", 5, c.point)
 

@@ -138,7 +138,7 @@ func TestRescaleSynopsesAnswerTheSame(t *testing.T) {
 	if _, err := ingest(e, "s", hhEvents(2000, 0)...); err != nil {
 		t.Fatal(err)
 	}
-	waitProcessed(t, latestJob(t, e, "hh"), 4000)
+	waitTotal(t, latestJob(t, e, "hh"), 4000)
 	got := sec(latestJob(t, e, "hh").Status(false)).TopK
 	want := wantTop.(*TopK)
 	if got.Total != 2*want.Total || got.Items[0].Estimate != 2*want.Items[0].Estimate {

@@ -2,6 +2,7 @@ package kindtest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -150,5 +151,23 @@ func waitCounted(t *testing.T, e *runtime.Engine, name string, n int) {
 			t.Fatalf("processed %d events, want %d", j.Status(false).Processed, n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A kind that cannot move its state (kind count of count_test.go) takes
+// no autoscale section: a 400 naming it, not an autoscaler that fails.
+func TestAutoscaleNeedsARescalableKind(t *testing.T) {
+	e := runtime.NewEngine(runtime.Config{Partitions: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	_, err := e.PutJob(runtime.Spec{Name: "c", Kind: "count", Input: "s", Autoscale: &runtime.AutoscaleSpec{Max: 2}})
+	var se *runtime.SpecError
+	if !errors.As(err, &se) || se.Field != "autoscale" {
+		t.Fatalf("autoscale of kind count: %v, want a SpecError of field autoscale", err)
+	}
+	if _, err := e.PutJob(runtime.Spec{Name: "c", Kind: "count", Input: "s", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Rescale(context.Background(), "c", 2, "test"); !errors.Is(err, runtime.ErrNotSupported) {
+		t.Fatalf("rescale of kind count: %v, want ErrNotSupported", err)
 	}
 }
