@@ -14,8 +14,8 @@ var _ runtime.Rescaling = (*logregJob)(nil)
 // every event, and the new partitions' learners start from it as at any
 // merge. Progressive metrics go to partition i mod n (a status merges
 // them all), the predictions held for delayed labels to the partition
-// their id (the label's routing key) goes to now, and the dictionary of
-// feature names is shared. The old job is only read.
+// their id (the label's routing key) goes to now, the drift counts carry
+// over, and the dictionary of feature names is shared. The old job is only read.
 func (j *logregJob) RescaleInto(next runtime.Instance) error {
 	nj, ok := next.(*logregJob)
 	if !ok {
@@ -36,6 +36,7 @@ func (j *logregJob) RescaleInto(next runtime.Instance) error {
 		q.pub.Unlock()
 	}
 	j.movePending(nj)
+	j.drifts.copyTo(&nj.drifts)
 	nj.names = j.names
 	nj.maxFeats.Store(j.maxFeats.Load())
 	nj.merge.learned = j.merge.learned
@@ -65,4 +66,15 @@ func (j *logregJob) movePending(nj *logregJob) {
 		}
 		nj.committed[0].counts.add(c.counts)
 	}
+}
+
+// copyTo carries the drift counts over; the new partitions' detectors
+// start at the current epoch, as after any drift action.
+func (d *drifts) copyTo(nd *drifts) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	nd.count.Store(d.count.Load())
+	nd.resets.Store(d.resets.Load())
+	nd.epoch.Store(d.epoch.Load())
+	nd.last = d.last
 }

@@ -40,3 +40,16 @@ func TestRescaleMovesHeldPredictions(t *testing.T) {
 		t.Fatalf("the label of e7 finds %+v", e)
 	}
 }
+
+// The drift counts and the last drift carry over a rescale.
+func TestRescaleKeepsDriftCounts(t *testing.T) {
+	var d, nd drifts
+	d.count.Store(3)
+	d.resets.Store(2)
+	d.epoch.Store(2)
+	d.last = &LastDrift{Seq: 9}
+	d.copyTo(&nd)
+	if st := nd.status(); st.Drifts != 3 || st.Actions != 2 || st.Last == nil || st.Last.Seq != 9 || nd.epoch.Load() != 2 {
+		t.Fatalf("after the copy: %+v, epoch %d", st, nd.epoch.Load())
+	}
+}
