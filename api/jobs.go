@@ -39,7 +39,9 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 }
 
 // putJob declares a job: 201 when created, 200 when an identical job runs
-// already, 409 when the name is taken by another spec, 400 for a bad spec,
+// already or when the spec differs only in partitions (the job is
+// rescaled: see patchJob for its errors), 409 when the name is taken by
+// another spec, 400 for a bad spec,
 // 507 past the memory budget or the job limit, 500 when the job could not
 // be recorded.
 func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
@@ -83,6 +85,11 @@ func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, runtime.ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, apiError{Error: err.Error()})
+		return
+	case errors.Is(err, runtime.ErrRescaleClustered), errors.Is(err, runtime.ErrRescalePaused),
+		errors.Is(err, runtime.ErrNotSupported), errors.Is(err, runtime.ErrRescaleFailed):
+		// A spec that differs only in partitions rescales the job.
+		rescaleError(w, name, err)
 		return
 	default:
 		specError(w, err)

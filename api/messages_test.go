@@ -27,8 +27,9 @@ func TestEveryMessageTypeDecodes(t *testing.T) {
 	n1.putJob("jn", `{"kind":"join","left":"l","right":"r","partitions":1,"params":{"on":"k","within":"10s"}}`)
 	// drift is not provoked here (it takes thousands of events): see
 	// TestLogregDriftReported; failover takes a cluster: see
-	// TestClusterKill9LosesNothingAcknowledged.
-	if got := runtime.OutputTypes(); len(got) != 10 {
+	// TestClusterKill9LosesNothingAcknowledged; rescale is read over
+	// a WebSocket in TestPatchRescalesAJob.
+	if got := runtime.OutputTypes(); len(got) != 11 {
 		t.Fatalf("output types %v", got)
 	}
 

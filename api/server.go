@@ -138,6 +138,7 @@ func New(cfg Config) *Server {
 		})
 		r.With(admin, none).Put("/jobs/{job}", s.putJob)
 		r.With(admin, none).Delete("/jobs/{job}", s.deleteJob)
+		r.With(admin, none).Patch("/jobs/{job}", s.patchJob)
 		r.With(admin, none).Put("/jobs/{job}/model", s.importModel)
 		r.With(admin, none).Post("/jobs/{job}/pause", s.pauseJob)
 		r.With(admin, none).Post("/jobs/{job}/resume", s.resumeJob)

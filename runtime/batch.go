@@ -198,8 +198,18 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.e.cfg.IngestWait)
 	defer cancel()
+	if err := b.enterJobs(ctx); err != nil {
+		b.e.metrics.refused(b.stream, "busy", b.events)
+		b.countBusy()
+		b.releaseBuffers()
+		return 0, err
+	}
+	defer b.leaveJobs()
 	b.shedLoad()
 	held, err := b.reserve(ctx)
+	if errors.Is(err, ErrBusy) {
+		b.countBusy()
+	}
 	if err != nil {
 		held.release()
 		b.releaseBuffers()
@@ -214,6 +224,54 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	}
 	b.e.metrics.accepted(b.stream, b.events)
 	return b.events, nil
+}
+
+// enterJobs admits the request to each job (rescale.go): it waits while
+// a job is rescaled, and goes to the job's successor after, its records
+// routed again over the successor's partitions. On an error, the jobs
+// entered are left.
+func (b *Batch) enterJobs(ctx context.Context) error {
+	for i, jb := range b.jobs {
+		j, err := jb.job.enterIngest(ctx)
+		if err != nil {
+			for _, jb := range b.jobs[:i] {
+				jb.job.leaveIngest()
+			}
+			return err
+		}
+		if j != jb.job {
+			jb.rebind(j)
+		}
+	}
+	return nil
+}
+
+// countBusy counts the request's events as offered to its jobs and
+// refused as busy, for their autoscalers.
+func (b *Batch) countBusy() {
+	for _, jb := range b.jobs {
+		jb.job.refusedBusy.Add(uint64(b.events))
+	}
+}
+
+func (b *Batch) leaveJobs() {
+	for _, jb := range b.jobs {
+		jb.job.leaveIngest()
+	}
+}
+
+// rebind moves the job's share of the request to j, the job's successor
+// after a rescale, routing each record again by its key.
+func (jb *jobBatch) rebind(j *Job) {
+	old := jb.parts
+	jb.job = j
+	jb.parts = make([][]Record, len(j.parts))
+	for _, recs := range old {
+		for _, r := range recs {
+			p := jb.partition(r.Key)
+			jb.parts[p] = append(jb.parts[p], r)
+		}
+	}
 }
 
 // publish hands every job's records to the cluster (cluster mode): the
@@ -300,6 +358,7 @@ func (b *Batch) reserve(ctx context.Context) (reservations, error) {
 func (b *Batch) push() ([]*partFT, error) {
 	var durable []*partFT
 	for _, jb := range b.jobs {
+		jb.job.keys.observe(jb.parts)
 		req := jb.job.ftRequest(jb.parts)
 		bufs := jb.lend()
 		for i, recs := range jb.parts {

@@ -27,6 +27,13 @@
 // AF-Stream: units of state backed up when they diverged past θ, item logs
 // past l, recovery with the loss measured by sequence numbers.
 //
+// A job's partition count can change while it runs (rescale.go): ingest
+// is held, the partitions stop at a group boundary, the kind moves its
+// state by key to a new set of partitions (Rescaling), and with fault
+// tolerance the new layout is backed up before it becomes the job's. An
+// autoscaler (autoscale.go) chooses the count from the input rate and the
+// partitions' true rate; skew.go shows how unevenly they are loaded.
+//
 // A partition is addressed by (job, partition index) everywhere: queues,
 // sequence numbers, stats and backups; that is what lets a cluster mode
 // move a partition to another process.

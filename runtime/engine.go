@@ -50,6 +50,15 @@ type Config struct {
 	// Jobs records the jobs created at run time, so that Start restores
 	// them after a restart (nil: they last until the process ends).
 	Jobs JobStore
+	// MaxPartitions is the most partitions a rescale (PATCH, or the
+	// autoscaler) may give a job (default and at most MaxPartitions).
+	MaxPartitions int
+	// RescaleTimeout bounds how long a rescale waits for the job's queued
+	// events to be processed before it gives up (default 30s).
+	RescaleTimeout time.Duration
+	// AutoscaleInterval is the time between two decisions of a job's
+	// autoscaler (default 10s); negative: none but Engine.AutoscaleTick's.
+	AutoscaleInterval time.Duration
 	// Cluster, when set, runs the engine as one node of a cluster
 	// (cluster.go): requests are published to the cluster's log and
 	// partitions get their events from it. Storage is then unused: fault
@@ -77,6 +86,15 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.MaxJobs == 0 {
 		c.MaxJobs = 64
+	}
+	if c.MaxPartitions <= 0 || c.MaxPartitions > MaxPartitions {
+		c.MaxPartitions = MaxPartitions
+	}
+	if c.RescaleTimeout <= 0 {
+		c.RescaleTimeout = 30 * time.Second
+	}
+	if c.AutoscaleInterval == 0 {
+		c.AutoscaleInterval = 10 * time.Second
 	}
 	if c.Storage == nil && c.Store != nil {
 		c.Storage = ft.NewDir(c.DataDir, c.Store)
@@ -193,6 +211,14 @@ func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created boo
 	if spec.Source != nil && e.cfg.Cluster == nil {
 		return false, &SpecError{"source", "a NATS source needs cluster mode (serve with --cluster or --nats)"}
 	}
+	if spec.Autoscale != nil && e.cfg.Cluster != nil {
+		return false, &SpecError{"autoscale", "not supported in cluster mode yet: a clustered job cannot be rescaled"}
+	}
+	if j, err := e.Job(spec.Name); err == nil && onlyPartitionsDiffer(j.spec, spec) {
+		// A new partition count for a running job: rescale it.
+		_, err := e.Rescale(context.Background(), spec.Name, spec.Partitions, "api")
+		return false, err
+	}
 	withFT := e.cfg.Storage != nil && spec.FT.Mode != ft.ModeNone
 	mem, err := estimateMemory(spec, withFT)
 	if err != nil {
@@ -210,6 +236,7 @@ func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created boo
 	if err := e.publish(r, j, err); err != nil {
 		return false, err
 	}
+	e.startAutoscaler(j)
 	e.log.Info("job started", "job", spec.Name, "kind", spec.Kind, "streams", spec.Streams(), "partitions", spec.Partitions,
 		"memory_estimate_bytes", mem.Total(), "incarnation", incarnation)
 	return true, nil
@@ -251,12 +278,26 @@ func (e *Engine) reserve(spec Spec, mem MemoryEstimate) (r *reservation, running
 // create makes the job's data its incarnation's and launches the job of
 // reservation r; outside the lock.
 func (e *Engine) create(r *reservation, incarnation string, record, withFT bool) (*Job, error) {
+	slot, gen := 0, uint64(0)
 	if withFT {
 		if err := e.claimData(r.spec.Name, incarnation); err != nil {
 			return nil, fmt.Errorf("job %q: %w", r.spec.Name, err)
 		}
+		var err error
+		if slot, gen, err = e.adoptLayout(r); err != nil {
+			return nil, fmt.Errorf("job %q: %w", r.spec.Name, err)
+		}
 	}
-	return e.launch(r.spec, r.mem, incarnation, record, &r.abort)
+	j, err := e.launch(r.spec, r.mem, incarnation, record, &r.abort, slot)
+	if err != nil {
+		return nil, err
+	}
+	j.elastic.generation = gen
+	if !record && gen > 0 && e.hasRecord(j) {
+		// Restored from a record written before its last rescale.
+		_ = e.record(j.spec, incarnation)
+	}
+	return j, nil
 }
 
 // publish ends the reservation r: the job j (or the error that created
@@ -317,12 +358,12 @@ func (e *Engine) nameFree(spec Spec) (running bool, err error) {
 
 // launch makes the job, recovers and starts it, and records it. abort
 // (may be nil), once set, makes the recovery give up.
-func (e *Engine) launch(spec Spec, mem MemoryEstimate, incarnation string, record bool, abort *atomic.Bool) (*Job, error) {
-	j, err := newJob(spec, e.hub, &e.cfg)
+func (e *Engine) launch(spec Spec, mem MemoryEstimate, incarnation string, record bool, abort *atomic.Bool, slot int) (*Job, error) {
+	j, err := newJobIn(spec, e.hub, &e.cfg, slot, &lineage{created: time.Now()})
 	if err != nil {
 		return nil, err
 	}
-	j.mem = mem
+	j.mem, j.incarnation, j.maxPartitions = mem, incarnation, e.cfg.MaxPartitions
 	if j.ft != nil {
 		j.ft.abort = abort
 	}
@@ -401,6 +442,10 @@ func sameSpec(a, b Spec) bool {
 // it returns. A job still being created (recovering) is removed as soon
 // as its creation ends, and its PutJob fails.
 func (e *Engine) DeleteJob(name string) error {
+	if j, err := e.lockLineage(name); err == nil {
+		// Not in the middle of a rescale.
+		defer j.rescaleMu.Unlock()
+	}
 	e.mu.Lock()
 	if r := e.mu.creating[name]; r != nil {
 		r.deleted = true
@@ -527,7 +572,12 @@ func (e *Engine) Close(ctx context.Context) error {
 		var wg sync.WaitGroup
 		for _, j := range jobs {
 			wg.Add(1)
-			go func() { defer wg.Done(); e.stopJob(j) }()
+			go func() {
+				defer wg.Done()
+				j.rescaleMu.Lock() // a rescale under way ends first
+				defer j.rescaleMu.Unlock()
+				e.stopJob(j.latest())
+			}()
 		}
 		wg.Wait()
 		<-e.samplerDone
@@ -543,6 +593,7 @@ func (e *Engine) Close(ctx context.Context) error {
 
 // stopJob stops j and tells the cluster.
 func (e *Engine) stopJob(j *Job) {
+	j.stopAutoscaler()
 	j.stop()
 	if e.cfg.Cluster != nil {
 		e.cfg.Cluster.Detach(j)

@@ -148,7 +148,8 @@ type backupReq struct {
 const maxFrameBytes = 1 << 30
 
 // newJobFT opens the job's item logs. It does not recover: see recover.
-func newJobFT(spec Spec, storage ft.Storage, k ftKind, hub *Hub, log *slog.Logger) (*jobFT, error) {
+// slot is where in the job's storage its data lives (rescale.go).
+func newJobFT(spec Spec, storage ft.Storage, k ftKind, hub *Hub, log *slog.Logger, slot int) (*jobFT, error) {
 	js, err := storage.Job(spec.Name)
 	if err != nil {
 		return nil, err
@@ -160,21 +161,21 @@ func newJobFT(spec Spec, storage ft.Storage, k ftKind, hub *Hub, log *slog.Logge
 	f.reqs.durable = make([]uint64, spec.Partitions)
 	ops := k.units()
 	for _, op := range ops {
-		u := &stateUnit{f: f, op: op, parts: op.partitions(), key: ft.Key{Job: spec.Name, Partition: ft.GlobalPartition}}
+		u := &stateUnit{f: f, op: op, parts: op.partitions(), key: ft.Key{Job: spec.Name, Partition: slotUnit(slot, -1)}}
 		if len(ops) > 1 {
-			u.key.Partition = u.parts[0]
+			u.key.Partition = slotUnit(slot, u.parts[0])
 		}
 		u.backups = js.Backups(u.key.Partition)
 		f.units = append(f.units, u)
 	}
 	for i := range spec.Partitions {
 		pf := &partFT{index: i, mode: spec.FT.Mode}
-		if pf.log, err = js.OpenItemLog(i, ft.ItemLogConfig{MaxPayload: maxFrameBytes}); err != nil {
+		if pf.log, err = js.OpenItemLog(slotUnit(slot, i), ft.ItemLogConfig{MaxPayload: maxFrameBytes}); err != nil {
 			f.closeFiles()
 			return nil, fmt.Errorf("item log of partition %d: %w", i, err)
 		}
 		// The high-water mark sits next to the partition's item log.
-		if pf.mark, err = js.OpenSeqMark(i); err != nil {
+		if pf.mark, err = js.OpenSeqMark(slotUnit(slot, i)); err != nil {
 			f.parts = append(f.parts, pf)
 			f.closeFiles()
 			return nil, fmt.Errorf("sequence mark of partition %d: %w", i, err)

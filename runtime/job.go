@@ -14,24 +14,36 @@ import (
 // Job is a running job: its spec, its kind's state and its partitions.
 // Safe for concurrent use.
 type Job struct {
-	spec    Spec
-	kind    kindJob
-	parts   []*partition
-	created time.Time
+	spec  Spec
+	kind  kindJob
+	parts []*partition
+	// lineage is what the job's successors after a rescale (rescale.go)
+	// share with it: counters, latencies, rates, the rescale history.
+	*lineage
 
-	rr       atomic.Uint64 // round-robin cursor for events without a key
-	accepted atomic.Uint64 // events queued
+	rr atomic.Uint64 // round-robin cursor for events without a key
 	// featsPerEvent is the mean feature count of the last request, to
 	// size the next one's buffers.
 	featsPerEvent atomic.Int64
-	lat           latencyHist
-	samples       sampler
 	gate          gate
-	shed          shedCounters
-	shedDelay     time.Duration  // max_delay of load shedding; 0 when off
-	wg            sync.WaitGroup // partition goroutines
-	ft            *jobFT         // nil when the job has no fault tolerance
-	mem           MemoryEstimate // what the job counts against Config.MaxMemory
+	// ingest holds requests back while the job is rescaled, and sends
+	// them on to its successor after (rescale.go).
+	ingest ingestGate
+	// slot is where the job's fault-tolerance data lives in its storage
+	// (rescale.go): 0 or 1, alternating at each rescale.
+	slot int
+	// incarnation is the job's, for its record after a rescale.
+	incarnation string
+	// processedBase counts the events the job's predecessors processed.
+	processedBase uint64
+	// maxPartitions is Config.MaxPartitions, for the status.
+	maxPartitions int
+	// loads are the partitions' loads at the engine's samples (skew.go).
+	loads     loadMeter
+	shedDelay time.Duration  // max_delay of load shedding; 0 when off
+	wg        sync.WaitGroup // partition goroutines
+	ft        *jobFT         // nil when the job has no fault tolerance
+	mem       MemoryEstimate // what the job counts against Config.MaxMemory
 }
 
 // gate holds partitions back while a job is paused.
@@ -55,6 +67,13 @@ func (g *gate) resume() {
 		g.ch = nil
 	}
 	g.mu.Unlock()
+}
+
+// paused says whether the job is paused (Pause).
+func (g *gate) paused() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ch != nil
 }
 
 func (g *gate) wait() {
@@ -87,6 +106,12 @@ type partition struct {
 	// rate is the partition's drain rate while backlogged, in events per
 	// wall second (float64 bits, a moving average), for load shedding.
 	rate atomic.Uint64
+	// busyNs is the time the partition spent processing batches, for the
+	// autoscaler's true rate (events per busy second).
+	busyNs atomic.Int64
+	// retired ends the goroutine after the job was rescaled (rescale.go):
+	// its state went to the successor, so it must not flush again.
+	retired atomic.Bool
 	// rateEvents and rateSecs are the moving averages behind rate, the
 	// partition's own.
 	rateEvents, rateSecs float64
@@ -98,6 +123,12 @@ type partition struct {
 }
 
 func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
+	return newJobIn(spec, hub, cfg, 0, &lineage{created: time.Now()})
+}
+
+// newJobIn makes a job whose fault-tolerance data is in slot, sharing
+// the lineage of the job it succeeds (a new one for a new job).
+func newJobIn(spec Spec, hub *Hub, cfg *Config, slot int, lin *lineage) (*Job, error) {
 	k, err := newKindJob(spec)
 	if err != nil {
 		return nil, err
@@ -106,7 +137,10 @@ func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &Job{spec: spec, kind: k, created: time.Now()}
+	if _, ok := k.instance().(Rescaling); spec.Autoscale != nil && !ok {
+		return nil, &SpecError{"autoscale", fmt.Sprintf("kind %s cannot move its state to another partition count", spec.Kind)}
+	}
+	j := &Job{spec: spec, kind: k, lineage: lin, slot: slot}
 	if spec.Shed != nil {
 		j.shedDelay, _ = spec.Shed.delay() // checked by spec.validate
 		if sa, ok := k.instance().(ShedAware); ok {
@@ -124,7 +158,7 @@ func newJob(spec Spec, hub *Hub, cfg *Config) (*Job, error) {
 			return nil, &SpecError{"ft.mode", fmt.Sprintf("kind %s has no fault tolerance yet; set mode none", spec.Kind)}
 		}
 		fk := newFTAdapter(ftk)
-		f, err := newJobFT(spec, cfg.Storage, fk, hub, cfg.Logger)
+		f, err := newJobFT(spec, cfg.Storage, fk, hub, cfg.Logger, slot)
 		if err != nil {
 			return nil, err
 		}
@@ -163,13 +197,7 @@ func (j *Job) start(hub *Hub) error {
 			}
 		}
 	}
-	for _, p := range j.parts {
-		j.wg.Add(1)
-		go func() {
-			defer j.wg.Done()
-			p.run()
-		}()
-	}
+	j.startPartitions()
 	return nil
 }
 
@@ -219,6 +247,9 @@ func (p *partition) run() {
 					b.run()
 					p.q.done(b)
 					batches[i] = nil
+					if p.retired.Load() {
+						return
+					}
 					continue
 				}
 				p.job.gate.wait()
@@ -228,6 +259,7 @@ func (p *partition) run() {
 				p.op.process(recs, p.q.logged(b))
 				end := time.Now()
 				p.processed.Add(uint64(n))
+				p.busyNs.Add(int64(end.Sub(start)))
 				// Latency is that of the events served: those shed late are
 				// counted as shed.
 				p.job.lat.observe(end.Sub(b.enqueued), len(recs))
@@ -301,7 +333,7 @@ func (j *Job) partitionFor(key string) int {
 }
 
 func (j *Job) processed() uint64 {
-	var n uint64
+	n := j.processedBase
 	for _, p := range j.parts {
 		n += p.processed.Load()
 	}
@@ -317,6 +349,7 @@ func (j *Job) depth() int64 {
 }
 
 func (j *Job) sample(now time.Time) {
+	j.sampleLoads(now)
 	j.samples.add(sample{at: now, accepted: j.accepted.Load(), processed: j.processed(), lat: j.lat.snap(), depth: j.depth(), group: jobGroupStatus(j.parts)})
 }
 
@@ -338,6 +371,9 @@ type JobStatus struct {
 	// MemoryEstimate is what the job counts against the engine's memory
 	// budget (budget.go).
 	MemoryEstimate int64 `json:"memory_estimate_bytes"`
+	// Elastic is the job's rescaling: its last rescales and, with an
+	// autoscale section, the autoscaler's decisions (rescale.go).
+	Elastic *ElasticStatus `json:"elastic,omitempty"`
 
 	// FT is the fault-tolerance view; absent when the job has none.
 	FT *FTStatus `json:"ft,omitempty"`
@@ -377,7 +413,7 @@ type PartitionStatus struct {
 func (j *Job) Status(detail bool) JobStatus {
 	st := JobStatus{
 		Name: j.spec.Name, Kind: j.spec.Kind, Input: j.spec.Input, Streams: j.spec.Streams(), Spec: j.spec, Created: j.created,
-		Accepted: j.accepted.Load(), QueueDepth: j.depth(), MemoryEstimate: j.mem.Total(),
+		Accepted: j.accepted.Load(), QueueDepth: j.depth(), MemoryEstimate: j.mem.Total(), Processed: j.processedBase,
 	}
 	for _, p := range j.parts {
 		pr := p.processed.Load()
@@ -393,6 +429,7 @@ func (j *Job) Status(detail bool) JobStatus {
 	st.Group, st.Shed = jobGroupStatus(j.parts), j.shedStatus()
 	st.Rates, st.Latency = j.samples.recent()
 	st.Section = j.kind.instance().Status(detail)
+	st.Elastic = j.elasticStatus()
 	if j.ft != nil {
 		st.FT = j.ft.status(j)
 	}

@@ -173,7 +173,9 @@ func (e *Engine) reconcile(fileSpec Spec, rec ft.JobRecord) string {
 		b = recSpec
 		err = errors.Join(a.validate(e.cfg.Partitions, e.cfg.QueueSize), b.validate(e.cfg.Partitions, e.cfg.QueueSize))
 	}
-	if err == nil && sameSpec(a, b) {
+	if err == nil && (sameSpec(a, b) || onlyPartitionsDiffer(b, a)) {
+		// Only the partitions differ: the job was rescaled at run time,
+		// and goes on with its data (whose layout decides its partitions).
 		return rec.Incarnation
 	}
 	e.log.Warn("the config file and a job recorded at run time differ: the file wins, the recorded job and its data are dropped",

@@ -20,10 +20,11 @@ const (
 	TypeBackup   = "backup"   // a state backup was written
 	TypeRecovery = "recovery" // a job restarted from its backups
 	TypeFailover = "failover" // a partition changed owner (cluster mode)
+	TypeRescale  = "rescale"  // a job's partition count changed (rescale.go)
 )
 
 // engineTypes are the message types of every job, whatever its kind.
-var engineTypes = []string{TypeStats, TypeBackup, TypeRecovery, TypeFailover}
+var engineTypes = []string{TypeStats, TypeBackup, TypeRecovery, TypeFailover, TypeRescale}
 
 // FailoverMessage says that a partition of a job (or its global unit)
 // changed owner in a cluster (type failover); ts is when the new owner

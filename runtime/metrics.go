@@ -18,6 +18,8 @@ type metrics struct {
 	processed, depth, capacity, shed, latency, wsDropped, wsClients *prometheus.Desc
 	groupSize, groupOverhead, heldBack                              *prometheus.Desc
 
+	partitions, rescales, rescalePause, autoTarget, autoInput, autoTrueRate, autoUtilization, imbalance *prometheus.Desc
+
 	ftDivergence, ftThreshold, ftPending, ftUnacked, ftItemLog, ftBackups, ftBackupBytes, ftFailures, ftWorst, ftPromise, ftLost *prometheus.Desc
 }
 
@@ -40,6 +42,15 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 		latency:       prometheus.NewDesc("mlstream_processing_latency_seconds", "Time from queueing to processed, per event.", []string{"job"}, nil),
 		wsClients:     prometheus.NewDesc("mlstream_ws_clients", "Connected WebSocket subscribers.", nil, nil),
 		wsDropped:     prometheus.NewDesc("mlstream_ws_dropped_total", "Messages dropped because a subscriber's backlog was full.", nil, nil),
+
+		partitions:      prometheus.NewDesc("mlstream_job_partitions", "Partitions of each job (changed by rescales).", []string{"job"}, nil),
+		rescales:        prometheus.NewDesc("mlstream_job_rescales_total", "Rescales of each job (PATCH, PUT or the autoscaler).", []string{"job"}, nil),
+		rescalePause:    prometheus.NewDesc("mlstream_job_rescale_pause_seconds", "How long the last rescale held the job's ingest.", []string{"job"}, nil),
+		autoTarget:      prometheus.NewDesc("mlstream_autoscale_target_partitions", "The partition count of the autoscaler's last decision.", []string{"job"}, nil),
+		autoInput:       prometheus.NewDesc("mlstream_autoscale_input_rate", "Events offered per second at the autoscaler's last decision.", []string{"job"}, nil),
+		autoTrueRate:    prometheus.NewDesc("mlstream_autoscale_true_rate", "Events a partition processes per busy second, at the autoscaler's last decision.", []string{"job"}, nil),
+		autoUtilization: prometheus.NewDesc("mlstream_autoscale_utilization", "Input rate over partitions times true rate, at the autoscaler's last decision.", []string{"job"}, nil),
+		imbalance:       prometheus.NewDesc("mlstream_job_partition_imbalance", "Busiest partition's recent load over the mean load (1 = even).", []string{"job"}, nil),
 
 		ftDivergence:  prometheus.NewDesc("mlstream_ft_divergence", "State divergence from the last backup, in the kind's unit.", []string{"job"}, nil),
 		ftThreshold:   prometheus.NewDesc("mlstream_ft_threshold", "Current fault-tolerance thresholds: theta (state), l (pending events per partition), gamma (unacknowledged per partition).", []string{"job", "threshold"}, nil),
@@ -111,6 +122,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.wsClients, m.wsDropped,
 		m.groupSize, m.groupOverhead, m.heldBack,
+		m.partitions, m.rescales, m.rescalePause, m.autoTarget, m.autoInput, m.autoTrueRate, m.autoUtilization, m.imbalance,
 		m.ftDivergence, m.ftThreshold, m.ftPending, m.ftUnacked, m.ftItemLog, m.ftBackups, m.ftBackupBytes, m.ftFailures, m.ftWorst, m.ftPromise, m.ftLost} {
 		ch <- d
 	}
@@ -141,6 +153,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		if c, ok := j.kind.instance().(Collecting); ok {
 			c.Collect(name, ch)
 		}
+		m.collectElastic(ch, j)
 	}
 	ch <- prometheus.MustNewConstMetric(m.wsClients, prometheus.GaugeValue, float64(m.e.hub.Subscribers()))
 	ch <- prometheus.MustNewConstMetric(m.wsDropped, prometheus.CounterValue, float64(m.e.hub.Dropped()))
@@ -194,4 +207,35 @@ func (s latSnap) promBuckets() map[float64]uint64 {
 		out[b] = cum
 	}
 	return out
+}
+
+// collectElastic sends a job's series of rescaling and autoscaling.
+func (m *metrics) collectElastic(ch chan<- prometheus.Metric, j *Job) {
+	name := j.spec.Name
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, name)
+	}
+	gauge(m.partitions, float64(len(j.parts)))
+	es := &j.elastic
+	es.mu.Lock()
+	total, auto := es.total, es.auto
+	var pause float64
+	if n := len(es.last); n > 0 {
+		pause = es.last[n-1].PauseMs / 1e3
+	}
+	es.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(m.rescales, prometheus.CounterValue, float64(total), name)
+	gauge(m.rescalePause, pause)
+	if sk := j.skew(); sk != nil {
+		gauge(m.imbalance, sk.Imbalance)
+	}
+	if auto == nil {
+		return
+	}
+	if d, ok := auto.lastDecision(); ok {
+		gauge(m.autoTarget, float64(d.Target))
+		gauge(m.autoInput, d.InputRate)
+		gauge(m.autoTrueRate, d.TrueRate)
+		gauge(m.autoUtilization, d.Utilization)
+	}
 }

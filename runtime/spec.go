@@ -44,6 +44,9 @@ type Spec struct {
 	// Source feeds the job's input stream from NATS as well as HTTP
 	// (cluster mode only).
 	Source *SourceSpec `json:"source,omitempty"`
+	// Autoscale lets the job change its partition count by itself
+	// (autoscale.go); absent, it keeps the count it is given.
+	Autoscale *AutoscaleSpec `json:"autoscale,omitempty"`
 }
 
 // SourceSpec is a NATS subject or JetStream stream that other systems
@@ -170,6 +173,9 @@ func (s *Spec) validate(defPartitions, defQueue int) error {
 	}
 	if s.Partitions < 0 || s.Partitions > MaxPartitions {
 		return &SpecError{"partitions", fmt.Sprintf("must be in [1, %d] (0 = the engine's default), got %d", MaxPartitions, s.Partitions)}
+	}
+	if err := s.Autoscale.validate(s); err != nil {
+		return err
 	}
 	if s.Partitions == 0 {
 		s.Partitions = defPartitions

@@ -50,6 +50,9 @@ type serverOptions struct {
 	maxValue            float64
 	minTS, maxTS        int64
 	maxJobs             int
+	maxPartitions       int
+	rescaleTimeout      time.Duration
+	autoscaleInterval   time.Duration
 	authPoll            time.Duration     // how often the auth file is checked for changes (default 1s)
 	ready               func(l listening) // called once listening
 	extraSpecs          []runtime.Spec
@@ -86,6 +89,9 @@ func (o *serverOptions) register(fs *flag.FlagSet, defConfig bool) {
 	fs.Int64Var(&o.maxTS, "max-ts", def.MaxTS, "latest event time, epoch milliseconds (400 after)")
 	fs.StringVar(&o.maxMemory, "max-memory", "auto", "memory budget of all jobs' estimated state and queues (e.g. 8GiB; auto = half the machine's or cgroup's memory; none = no budget): PUT answers 507 past it")
 	fs.IntVar(&o.maxJobs, "max-jobs", 64, "most jobs at once (negative: no limit): PUT answers 507 past it")
+	fs.IntVar(&o.maxPartitions, "max-partitions", runtime.MaxPartitions, "most partitions a rescale (PATCH, or the autoscaler) may give a job: 400 above")
+	fs.DurationVar(&o.autoscaleInterval, "autoscale-interval", 10*time.Second, "time between two decisions of the autoscaler of a job with an autoscale section")
+	fs.DurationVar(&o.rescaleTimeout, "rescale-timeout", 30*time.Second, "how long a rescale waits for the job's queued events to drain before it gives up (503, the job unchanged)")
 	o.cl.register(fs)
 }
 
@@ -475,7 +481,8 @@ func startEngine(o serverOptions, specs []runtime.Spec, storage *ft.Dir, reg pro
 	}
 	cfg := runtime.Config{
 		Partitions: o.partitions, QueueSize: o.queue, IngestWait: o.ingestWait, Registry: reg, Logger: log,
-		MaxMemory: maxMem, MaxJobs: o.maxJobs,
+		MaxMemory: maxMem, MaxJobs: o.maxJobs, MaxPartitions: o.maxPartitions, RescaleTimeout: o.rescaleTimeout,
+		AutoscaleInterval: o.autoscaleInterval,
 	}
 	if storage != nil && cl == nil {
 		cfg.Storage = storage

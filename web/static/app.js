@@ -285,7 +285,7 @@ const knownKinds = new Set(["logreg", "heavy_hitters", "distinct", "join"]);
 // The engine's fields of a job status; the others are the kind's section.
 const statusFields = new Set(["name", "kind", "input", "streams", "spec", "created", "accepted", "processed", "rates",
   "queue_depth", "queue_capacity", "latency", "partitions", "memory_estimate_bytes", "ft", "group", "shed",
-  "held_back", "held_back_total", "held_back_ms"]);
+  "held_back", "held_back_total", "held_back_ms", "elastic"]);
 const metricsCounts = { rejected: new Map(), shed: new Map() }; // from /metrics
 
 class JobView {
@@ -387,7 +387,38 @@ class JobView {
     if (s.join) this.join(s.join, ts, chart, s);
     if (s.kind && !knownKinds.has(s.kind)) this.section(s);
     if (s.ft) this.ft(s.ft, s, ts, chart);
+    if (s.elastic) this.elastic(s.elastic);
     this.health();
+  }
+
+  // elastic shows the partition count, the last rescales, the autoscaler's
+  // last decision and the skew. The block shows once a job was rescaled,
+  // has an autoscaler or has more than one partition.
+  elastic(x) {
+    const auto = x.autoscale, last = Array.isArray(x.last) ? x.last : [];
+    const e = this.block("elastic", !!(auto || last.length || x.partitions > 1));
+    set(e, "el_parts", int(x.partitions));
+    set(e, "el_max", int(auto ? auto.effective_max : x.max_partitions));
+    set(e, "el_rescales", int(x.rescales));
+    set(e, "el_gen", int(x.generation));
+    set(e, "el_pause", last.length ? fmt(last[last.length - 1].pause_ms, 3) : "–");
+    const sk = x.skew || {};
+    set(e, "el_imbalance", isNum(sk.imbalance) && sk.imbalance > 0 ? fmt(sk.imbalance, 3) : "–");
+    const hot = Array.isArray(sk.hot_keys) ? sk.hot_keys.slice(0, 5) : [];
+    set(e, "el_hot", hot.length ? "hottest keys (sampled): " + hot.map(k => `${k.key} ≈${int(k.estimate)} → partition ${k.partition}`).join(", ") : "");
+    const card = $(e, '[data-card="autoscale"]');
+    card.hidden = !auto;
+    if (auto) {
+      const ds = Array.isArray(auto.decisions) ? auto.decisions : [];
+      const d = ds[ds.length - 1];
+      set(e, "el_note", `autoscale ${auto.min}–${auto.max}, target utilization ${fmt(auto.target_utilization, 2)}, cooldown ${auto.cooldown}`);
+      set(e, "el_auto", d ? `${d.action} ${int(d.partitions)} → ${int(d.target)}` : "no decision yet");
+      set(e, "el_auto_reason", d ? `last decision ${clock(Date.parse(d.at))}: ${d.reason}` + (d.error ? ` (failed: ${d.error})` : "") : "autoscaler");
+    } else {
+      set(e, "el_note", "rescaled with PATCH /v1/jobs/{job}");
+    }
+    fill($(e, "table.rescales tbody"), last.slice().reverse().map(r => row([clock(Date.parse(r.at)), `${int(r.from)} → ${int(r.to)}`,
+      r.reason, fmt(r.pause_ms, 3), fmt(r.backup_ms, 3)], ["", "", "", "num", "num"])));
   }
 
   // streams are the job's inputs: one, or a join's two.
@@ -1207,6 +1238,15 @@ function onMessage(m) {
   case "backup":
     j.backup(m);
     break;
+  case "rescale":
+    // Shown at once; the next status has it in full.
+    if (m.rescale && j.status && j.status.elastic) {
+      const x = j.status.elastic;
+      x.last = (Array.isArray(x.last) ? x.last : []).concat([m.rescale]).slice(-10);
+      x.partitions = m.rescale.to;
+      j.elastic(x);
+    }
+    break;
   case "topk":
     if (m.topk) j.topk(m.topk);
     break;
@@ -1218,7 +1258,7 @@ function onMessage(m) {
 
 function connect() {
   if (authWait || feed) return;
-  const ws = openWS("types=stats,backup,recovery,topk,distinct,failover");
+  const ws = openWS("types=stats,backup,recovery,topk,distinct,failover,rescale");
   feed = ws;
   let opened = false;
   ws.onopen = () => {
