@@ -154,7 +154,8 @@ func redistribute(from []*HeavyHitters, n int, part func(string) int) []*HeavyHi
 func (h *HeavyHitters) add(key string, count, err uint64) {
 	id := int32(len(h.slots))
 	x := hashKey(key)
-	h.slots = append(h.slots, hhSlot{key: key, hash: x})
+	h.slots = append(h.slots, hhSlot{key: key, count: count})
+	h.hashes = append(h.hashes, x)
 	h.errs = append(h.errs, err)
 	h.heap = append(h.heap, hhEntry{count: count, id: id})
 	h.pos = append(h.pos, 0)
