@@ -174,9 +174,16 @@ func TestTokenCompareIsConstantTime(t *testing.T) {
 // file keeps the old tokens and logs a line without any token.
 func TestAuthFileReload(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "tokens")
+	// Written as the docs advise, a new file renamed over the old: the
+	// watcher could otherwise read it truncated (a bad file of no tokens)
+	// and report that too.
 	write := func(s string) {
 		t.Helper()
-		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+		tmp := file + ".new"
+		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
 			t.Fatal(err)
 		}
 	}
