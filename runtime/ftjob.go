@@ -454,18 +454,21 @@ func (u *stateUnit) backupThen(full, durable bool, div float64, stored chan stru
 const chainFactor = 8
 
 // compactNow says whether the next backup must be full; f.mu held. A
-// chain (a full backup and its deltas) is compacted once its deltas add
-// up to compact_every times the full backup: what a recovery reads stays
-// under compact_every + 1 full backups, as when it was compacted after
-// compact_every deltas (a delta is at most about a full backup), while
-// small deltas make long chains and few full backups. Heavy hitters at
-// the default bounds: ~7 KB deltas on a 22 KB full one, a full backup
-// every ~50 backups instead of 17 (each costs a new chain file and the
-// unlinking of an old one, ~270 µs of CPU). Also after chainFactor times
+// chain (a full backup and its deltas) is compacted after compact_every
+// deltas, as it always was, but only once they also add up to
+// compact_every times the full backup: small deltas make long chains and
+// few full backups, while what a recovery reads stays under about
+// compact_every + 1 full backups or compact_every deltas, whichever is
+// more (the old rule's bound). Heavy hitters at the default bounds: ~7 KB
+// deltas on a 22 KB full one, a full backup every ~50 backups instead of
+// 17 (each costs a new chain file and the unlinking of an old one,
+// ~150-300 µs of CPU). Deltas larger than their full backup (a join whose
+// windows emptied) compact as before. Also after chainFactor times
 // compact_every deltas, and before the first full backup.
 func (u *stateUnit) compactNow() bool {
 	every := int64(u.f.spec.CompactEvery)
-	return u.fullBytes == 0 || u.deltaBytes >= every*u.fullBytes || int64(u.deltas) >= chainFactor*every
+	n := int64(u.deltas)
+	return u.fullBytes == 0 || n >= every && u.deltaBytes >= every*u.fullBytes || n >= chainFactor*every
 }
 
 // snapshotTaken counts a snapshot of n bytes into its chain, for

@@ -103,15 +103,16 @@ func distinctItems(n int) []*fastjson.Value {
 	return out
 }
 
-// A chain is compacted by the bytes of its deltas, not their count: small
-// deltas on a large full backup make few full backups. 2,000 items fill
-// the summary without a backup (no counter moves by more than 1), then
-// 1,200 events of one item (θ = 5) make 200 backups: the first one carries
-// the 2,000 counters, on top of the empty summary's full backup (compacted
-// at once, so the second is full); the other 199 a counter or two each,
-// ~20 bytes against a ~30 KB full backup, so they are compacted only by
-// the cap on a chain's deltas (8 × compact_every = 128). Three full
-// backups in all; compacting every 16 deltas made 12.
+// A chain is compacted by the bytes of its deltas as well as their count:
+// small deltas on a large full backup make few full backups. 2,000 items
+// fill the summary without a backup (no counter moves by more than 1),
+// then 1,200 events of one item (θ = 5) make 200 backups. The first
+// carries the 2,000 counters on top of the empty summary's full backup,
+// which is compacted after 16 deltas (they are far larger than it); the
+// next full one holds ~30 KB, and the deltas after it a counter or two
+// each (~20 bytes), so they are compacted only by the cap on a chain's
+// deltas (8 × compact_every = 128). Three full backups in all;
+// compacting every 16 deltas made 12.
 func TestCompactionFollowsDeltaBytes(t *testing.T) {
 	e, j := newJob(t, 1, runtime.FTSpec{Mode: ft.ModeApprox, MaxDivergence: 10, MaxPending: 1 << 20, MaxUnacked: 1 << 20})
 	defer e.Close(context.Background())
