@@ -97,8 +97,9 @@ type stateUnit struct {
 	deltas      int            // delta backups since the last full one
 	deltaBytes  int64          // their bytes
 	fullBytes   int64          // bytes of the last full backup, 0 before the first
-	// failed is set by the writer when a backup could not be stored: a
-	// delta builds on the backup before it, so the next one must be full.
+	// failed is set when a backup could not be stored (by the writer) or
+	// its snapshot failed: a delta builds on the backup before it, so the
+	// next one must be full.
 	failed atomic.Bool
 	// sizeHint is the size of the last delta and full backup and some, to
 	// size the next.
