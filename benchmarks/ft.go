@@ -68,7 +68,7 @@ func table5(body []byte, events, reps int, kinds []string) {
 		if !slices.Contains(kinds, w.kind) {
 			continue
 		}
-		modes := append([]string{"none"}, slices.DeleteFunc(strings.Split(*ftModes, ","), func(m string) bool { return m == "none" })...)
+		modes := append([]string{"none"}, slices.DeleteFunc(strings.Split(*ftModes, ","), func(m string) bool { return m == "none" || m == "" })...)
 		rates, ratios, cpus, cpuRatios := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		last := map[string]runtime.JobStatus{}
 		for range reps {
