@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -65,14 +68,16 @@ func table5(body []byte, events, reps int, kinds []string) {
 		if !slices.Contains(kinds, w.kind) {
 			continue
 		}
-		modes := []string{"none", "approx", "exact"}
+		modes := append([]string{"none"}, slices.DeleteFunc(strings.Split(*ftModes, ","), func(m string) bool { return m == "none" || m == "" })...)
 		rates, ratios, cpus, cpuRatios := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		last := map[string]runtime.JobStatus{}
 		for range reps {
 			var none, noneCPU float64
 			for _, m := range modes {
 				dir, _ := os.MkdirTemp("", "mlstream-bench")
+				stop := profileRun(w.kind, m)
 				r, st := ingest(w.reqs, w.events, w.spec(m), dir)
+				stop()
 				os.RemoveAll(dir)
 				if m == "none" {
 					none, noneCPU = r, lastCPUPerEvent
@@ -100,6 +105,37 @@ func table5(body []byte, events, reps int, kinds []string) {
 	}
 	t.Print()
 }
+
+// Flags of section ft beside main's: which modes Table 5 measures (none
+// always: the ratios are against it), and per-mode CPU profiles, to see
+// what a mode costs beyond none without the other modes' work mixed in.
+var (
+	ftModes   = flag.String("ft-modes", "none,approx,exact", "the modes of Table 5 (section ft); none always runs, the ratios are against it")
+	ftProfile = flag.String("ft-profile", "", "write a CPU profile of each Table 5 run into this directory, <kind>-<mode>-<n>.prof (go tool pprof merges several); not with -cpuprofile")
+)
+
+// profileRun starts the CPU profile of one Table 5 run when -ft-profile
+// asks for it; the function it returns stops it.
+func profileRun(kind, mode string) (stop func()) {
+	if *ftProfile == "" {
+		return func() {}
+	}
+	profileRuns++
+	f, err := os.Create(filepath.Join(*ftProfile, fmt.Sprintf("%s-%s-%d.prof", kind, mode, profileRuns)))
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ft-profile:", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
+
+var profileRuns int
 
 // sweep is Figure 5: throughput, share of events backed up and crash
 // recovery for a grid of Θ and L. The crash is simulated in process: once

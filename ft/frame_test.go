@@ -2,10 +2,14 @@ package ft
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"testing"
+	"time"
 )
 
 // frameOf is a frame of the events first..last with itemPayload payloads.
@@ -162,5 +166,44 @@ func TestItemLogAppendHook(t *testing.T) {
 	l.SetAppendHook(nil)
 	if err := l.AppendFrame(frameOf(5, 6, "")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A backup's metadata is written as encoding/json writes it, byte for
+// byte (readers of earlier versions parse it), and refused where
+// json.Marshal refuses it.
+func TestMetaJSONIsEncodingJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	zones := []*time.Location{time.UTC, time.FixedZone("x", -7*3600-30*60), time.FixedZone("odd", 3600+17), time.Local}
+	floats := []float64{0, math.Copysign(0, -1), 1, -2.5, 250, 1e-6, 9.99e-7, 1e-9, 1e20, 1e21, 123456789.125, math.MaxFloat64, math.SmallestNonzeroFloat64}
+	for i := range 2000 {
+		m := BackupMeta{Index: r.Uint64() >> r.IntN(64), Full: r.IntN(2) == 0, Failures: r.IntN(40) - 3, Durable: r.IntN(2) == 0,
+			Divergence: floats[i%len(floats)],
+			Created:    time.Unix(r.Int64N(1<<36)-1<<35, r.Int64N(1e9)*int64(r.IntN(2))).In(zones[r.IntN(len(zones))])}
+		if i%len(floats) == 0 {
+			m.Divergence = r.NormFloat64() * math.Pow(10, float64(r.IntN(60)-30))
+		}
+		switch r.IntN(3) {
+		case 0: // nil: null
+		case 1:
+			m.LastSeqs = []uint64{}
+		default:
+			for range r.IntN(5) + 1 {
+				m.LastSeqs = append(m.LastSeqs, r.Uint64()>>r.IntN(64))
+			}
+		}
+		want, werr := json.Marshal(m)
+		got, gerr := appendMetaJSON(nil, &m)
+		if (werr != nil) != (gerr != nil) || werr == nil && !bytes.Equal(got, want) {
+			t.Fatalf("%+v:\n got %s (%v)\nwant %s (%v)", m, got, gerr, want, werr)
+		}
+	}
+	for _, d := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		if _, err := appendMetaJSON(nil, &BackupMeta{Divergence: d}); err == nil {
+			t.Fatalf("divergence %v accepted", d)
+		}
+	}
+	if _, err := appendMetaJSON(nil, &BackupMeta{Created: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}); err == nil {
+		t.Fatal("year 10000 accepted")
 	}
 }

@@ -59,6 +59,7 @@ type JobStorage interface {
 // UnitBackups are the state backups of one unit of a job: Store's calls
 // for one key.
 type UnitBackups interface {
+	// Put is Store.Put: no reference to data is kept once it returns.
 	Put(meta BackupMeta, data []byte) (BackupMeta, error)
 	Chain() (chain []Backup, skipped []error, err error)
 	Usage() (count int, bytes int64)

@@ -53,7 +53,8 @@ type Store interface {
 	// Put stores one backup durably and atomically, assigns meta.Index and
 	// returns the stored meta. After a full backup the store may delete older
 	// backups of the key, but keeps the previous full chain too (the fallback
-	// when the newest is damaged).
+	// when the newest is damaged). It keeps no reference to data once it
+	// returns: the caller reuses the buffer for its next backup.
 	Put(key Key, meta BackupMeta, data []byte) (BackupMeta, error)
 	// Chain returns the newest recoverable chain of key: the newest intact
 	// full backup followed by its intact deltas in order, stopping before the

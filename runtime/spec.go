@@ -97,8 +97,10 @@ type FTSpec struct {
 	// learned by a partition and not yet merged into a global model;
 	// default 10,000).
 	MaxUnacked int `json:"max_unacked,omitempty"`
-	// CompactEvery is how many delta backups may follow a full one before
-	// the next backup is full again (default 16).
+	// CompactEvery bounds a chain of delta backups (default 16): the next
+	// backup is full again after this many deltas once they also add up to
+	// this many times the full backup's size, and always after 8x this many
+	// deltas, so a job never takes more full backups than by count alone.
 	CompactEvery int `json:"compact_every,omitempty"`
 	// Window is a hopping window in events: at each of its ends the
 	// thresholds, halved by recoveries, reset (default 1,000,000).

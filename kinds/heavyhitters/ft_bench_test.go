@@ -87,6 +87,7 @@ func benchFTApprox(b *testing.B, approx runtime.FTSpec, vs []*fastjson.Value) {
 	b.ReportMetric(100*median(cpuRatios), "%cpu-of-none")
 	b.ReportMetric(float64(noneCPU.Nanoseconds())/float64(len(cpuRatios)*len(vs)), "none-cpu-ns/event")
 	b.ReportMetric(float64(last.FT.Backups.Full+last.FT.Backups.Delta), "backups")
+	b.ReportMetric(float64(last.FT.Backups.Full), "full-backups")
 	b.ReportMetric(float64(last.HeldBackTotal), "held-back")
 }
 

@@ -2,6 +2,7 @@ package heavyhitters_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -87,5 +88,47 @@ func TestBackupOnEventsAtRisk(t *testing.T) {
 	}
 	if logged := j.Status(false).FT.Partitions[0].Logged; logged != 0 {
 		t.Fatalf("%d events logged", logged)
+	}
+}
+
+// distinctItems is n events of n different items.
+func distinctItems(n int) []*fastjson.Value {
+	var a fastjson.Arena
+	out := make([]*fastjson.Value, n)
+	for i := range out {
+		o := a.NewObject()
+		o.Set("item", a.NewString("d"+strconv.Itoa(i)))
+		out[i] = o
+	}
+	return out
+}
+
+// A chain is compacted by the bytes of its deltas as well as their count:
+// small deltas on a large full backup make few full backups. 2,000 items
+// fill the summary without a backup (no counter moves by more than 1),
+// then 1,200 events of one item (θ = 5) make 200 backups. The first
+// carries the 2,000 counters on top of the empty summary's full backup,
+// which is compacted after 16 deltas (they are far larger than it); the
+// next full one holds ~30 KB, and the deltas after it a counter or two
+// each (~20 bytes), so they are compacted only by the cap on a chain's
+// deltas (8 × compact_every = 128). Three full backups in all;
+// compacting every 16 deltas made 12.
+func TestCompactionFollowsDeltaBytes(t *testing.T) {
+	e, j := newJob(t, 1, runtime.FTSpec{Mode: ft.ModeApprox, MaxDivergence: 10, MaxPending: 1 << 20, MaxUnacked: 1 << 20})
+	defer e.Close(context.Background())
+	fill := distinctItems(2000)
+	for off := 0; off < len(fill); off += 100 {
+		commit(t, e, fill[off:off+100])
+	}
+	vs := sameItem(1200)
+	for off := 0; off < len(vs); off += 100 {
+		commit(t, e, vs[off:off+100])
+	}
+	waitProcessed(t, j, uint64(len(fill)+len(vs)))
+	if got := waitBackups(t, j, 201); got != 201 {
+		t.Fatalf("%d backups, want the first one and 200 on divergence", got)
+	}
+	if b := j.Status(false).FT.Backups; b.Full != 3 {
+		t.Fatalf("%d full backups and %d deltas, want 3 full ones", b.Full, b.Delta)
 	}
 }
