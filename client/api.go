@@ -60,6 +60,24 @@ func (c *Client) DeleteJob(ctx context.Context, name string) error {
 	return err
 }
 
+// Rescale changes a running job's partition count (PATCH, admin scope)
+// and returns its status once the new partitions run; asking for the
+// count it has changes nothing. A count out of range is a 400 *Error
+// naming the field; a cluster's job, a paused one or a kind that cannot
+// move its state a 409; a drain longer than the server's rescale timeout
+// a 503 (the job unchanged), which is retried.
+func (c *Client) Rescale(ctx context.Context, job string, partitions int) (*JobStatus, error) {
+	body, err := json.Marshal(map[string]int{"partitions": partitions})
+	if err != nil {
+		return nil, err
+	}
+	var out JobStatus
+	if _, err := c.do(ctx, &call{method: http.MethodPatch, path: path("jobs", job), contentType: ContentJSON, body: body}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Job returns a job's status.
 func (c *Client) Job(ctx context.Context, name string) (*JobStatus, error) {
 	var out JobStatus

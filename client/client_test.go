@@ -465,3 +465,35 @@ func TestFeedMessagesDecode(t *testing.T) {
 		t.Fatalf("recovery %+v, %v: %s", r, err, m.Raw)
 	}
 }
+
+// Rescale changes a running job's partition count through the real
+// server; the status shows the rescale, and a count out of range is a
+// 400 naming the field.
+func TestRescale(t *testing.T) {
+	srv, _ := startServer(t, runtime.Config{}, nil)
+	c := newClient(t, srv.http.URL, client.Config{})
+	spec := client.JobSpec{Name: "top", Kind: "heavy_hitters", Input: "clicks", Partitions: 2, Params: map[string]any{"field": "item"}}
+	if _, err := c.PutJob(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PostEvents(t.Context(), "clicks", []byte("{\"item\":\"a\"}\n{\"item\":\"a\"}\n{\"item\":\"b\"}\n")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Rescale(t.Context(), "top", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Elastic == nil || st.Elastic.Partitions != 5 || st.Elastic.Rescales != 1 || len(st.Elastic.Last) != 1 ||
+		st.Elastic.Last[0].From != 2 || st.Elastic.Last[0].To != 5 || st.Elastic.Last[0].Reason != "api" {
+		t.Fatalf("after the rescale: %+v", st.Elastic)
+	}
+	waitFor(t, "the three events counted", 5*time.Second, func() bool {
+		st, err := c.Job(t.Context(), "top")
+		return err == nil && st.TopK != nil && st.TopK.Total == 3
+	})
+	_, err = c.Rescale(t.Context(), "top", 0)
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != 400 || apiErr.Field != "partitions" {
+		t.Fatalf("a rescale to 0 partitions: %v", err)
+	}
+}

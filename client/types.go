@@ -33,6 +33,50 @@ type JobSpec struct {
 	FT         any            `json:"ft,omitempty"`
 	Sync       any            `json:"sync,omitempty"`
 	Shed       any            `json:"shed,omitempty"`
+	// Autoscale lets the job set its own partition count (nil: off).
+	Autoscale *Autoscale `json:"autoscale,omitempty"`
+}
+
+// Autoscale is a job's autoscaler: partitions = ceil(input rate ÷ (true
+// rate per partition × TargetUtilization)) within [Min, Max], at most one
+// rescale per Cooldown. Zero fields take the server's defaults (1,
+// GOMAXPROCS, 0.7, "30s").
+type Autoscale struct {
+	Min               int     `json:"min,omitempty"`
+	Max               int     `json:"max,omitempty"`
+	TargetUtilization float64 `json:"target_utilization,omitempty"`
+	Cooldown          string  `json:"cooldown,omitempty"`
+}
+
+// Elastic is a job's partition layout: its count, its rescales, the
+// autoscaler's decisions (Raw of the status has them in full) and how
+// evenly its partitions are loaded.
+type Elastic struct {
+	Partitions    int       `json:"partitions"`
+	MaxPartitions int       `json:"max_partitions"`
+	Generation    uint64    `json:"generation"`
+	Rescales      uint64    `json:"rescales"`
+	Last          []Rescale `json:"last,omitempty"`
+	Skew          *struct {
+		Imbalance float64   `json:"imbalance"`
+		Loads     []float64 `json:"loads"`
+		HotKeys   []struct {
+			Key       string `json:"key"`
+			Estimate  uint64 `json:"estimate"`
+			Partition int    `json:"partition"`
+		} `json:"hot_keys,omitempty"`
+	} `json:"skew,omitempty"`
+}
+
+// Rescale is one change of a job's partition count (also the rescale
+// WebSocket message's): Reason is "api" or the autoscaler's.
+type Rescale struct {
+	From       int       `json:"from"`
+	To         int       `json:"to"`
+	At         time.Time `json:"at"`
+	Reason     string    `json:"reason"`
+	PauseMs    float64   `json:"pause_ms"`
+	Generation uint64    `json:"generation"`
 }
 
 // JobStatus is a job's live status (Job, Jobs, PutJob, stats messages).
@@ -60,10 +104,12 @@ type JobStatus struct {
 	Metrics *ModelMetrics `json:"metrics,omitempty"`
 	// TopK, Distinct and Join: the current window of a heavy_hitters,
 	// distinct or join job.
-	TopK     *TopK           `json:"topk,omitempty"`
-	Distinct *Distinct       `json:"distinct,omitempty"`
-	Join     *Matches        `json:"join,omitempty"`
-	Raw      json.RawMessage `json:"-"`
+	TopK     *TopK     `json:"topk,omitempty"`
+	Distinct *Distinct `json:"distinct,omitempty"`
+	Join     *Matches  `json:"join,omitempty"`
+	// Elastic is the job's layout (servers before elastic jobs: nil).
+	Elastic *Elastic        `json:"elastic,omitempty"`
+	Raw     json.RawMessage `json:"-"`
 }
 
 // UnmarshalJSON keeps the whole status in Raw, also where a status is part

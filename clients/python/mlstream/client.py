@@ -318,6 +318,13 @@ class Job:
         """Lets a paused job process again (admin)."""
         self.client.request("POST", self._path("/resume"))
 
+    def rescale(self, partitions: int) -> Dict[str, Any]:
+        """``PATCH /v1/jobs/{job}``: changes the running job's partition count
+        (admin); its state moves by key. Returns the status, whose
+        ``elastic`` section lists the rescale (single-node mode only)."""
+        self._status = self.client.request("PATCH", self._path(), _json({"partitions": int(partitions)}), content_type=JSON)
+        return self._status
+
     def delete(self) -> None:
         self.client.delete_job(self.name)
 

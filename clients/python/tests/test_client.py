@@ -64,6 +64,20 @@ def test_create_job_errors_carry_the_field(client, unique):
         client.create_job({"jobs": [{"name": unique}]})
 
 
+def test_rescale_moves_the_state_and_refuses_a_bad_count(client, unique):
+    job = client.create_job({"name": unique, "kind": "heavy_hitters", "input": unique, "partitions": 2,
+                             "params": {"field": "item"}})
+    client.post_events(unique, [{"item": "a"}, {"item": "a"}, {"item": "b"}])
+    job.wait_processed(3)
+    st = job.rescale(4)
+    assert st["elastic"]["partitions"] == 4
+    assert st["elastic"]["last"][-1]["from"] == 2 and st["elastic"]["last"][-1]["to"] == 4
+    assert job.wait_processed(3)["topk"]["total"] == 3
+    with pytest.raises(BadRequest) as exc:
+        job.rescale(0)
+    assert exc.value.field == "partitions"
+
+
 def test_jobs_delete_and_health(client, logreg):
     assert client.health()
     assert logreg.name in {j["name"] for j in client.jobs()}
