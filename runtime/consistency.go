@@ -184,6 +184,9 @@ type ConsistencyStatus struct {
 	// because nothing came from it for the silence.
 	RemoteWaits  uint64 `json:"remote_waits,omitempty"`
 	RemoteSilent uint64 `json:"remote_silent,omitempty"`
+	// RemoteSilenceMs is how long a remote partition may stay silent
+	// before it counts as idle (sync.remote_silence).
+	RemoteSilenceMs float64 `json:"remote_silence_ms,omitempty"`
 }
 
 // Status reports the rounds under the consistency model's name.
@@ -191,7 +194,7 @@ func (c *SyncClock) Status(model string) *ConsistencyStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := &ConsistencyStatus{Model: model, Staleness: c.staleness, Waits: c.waits, WaitedMs: float64(c.waited) / 1e6,
-		RemoteWaits: c.remoteWaits, RemoteSilent: c.silenced}
+		RemoteWaits: c.remoteWaits, RemoteSilent: c.silenced, RemoteSilenceMs: float64(c.silence) / 1e6}
 	for k, r := range c.rounds {
 		if k == 0 || r < st.MinRound {
 			st.MinRound = r

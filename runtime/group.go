@@ -35,6 +35,29 @@ type SyncSpec struct {
 	// Staleness is how many groups an ssp partition may run ahead of the
 	// slowest busy one (default 3).
 	Staleness int `json:"staleness,omitempty"`
+	// RemoteSilence (bsp and ssp, cluster mode) is how long a partition
+	// another node runs may send nothing before it counts as idle
+	// (default 4s, DefaultRemoteSilence): the longest the survivors of a
+	// dead node wait for its partitions.
+	RemoteSilence string `json:"remote_silence,omitempty"`
+}
+
+// Bounds of SyncSpec.RemoteSilence: above a group's time (a busy remote
+// partition is not dropped between its deltas), and not so long that a
+// dead node holds the others back for minutes.
+const (
+	minRemoteSilence = 100 * time.Millisecond
+	maxRemoteSilence = 10 * time.Minute
+)
+
+// RemoteSilenceOf is spec's remote silence (validated: its default when
+// unset).
+func RemoteSilenceOf(s SyncSpec) time.Duration {
+	d, err := time.ParseDuration(s.RemoteSilence)
+	if err != nil {
+		return DefaultRemoteSilence
+	}
+	return d
 }
 
 // Consistency models of model averaging.
@@ -122,7 +145,24 @@ func (s *SyncSpec) validate(kind *Kind) (groupConfig, error) {
 	if s.Consistency != ConsistencySSP && s.Staleness != 0 {
 		return g, &SpecError{"sync.staleness", "only for consistency ssp"}
 	}
-	return g, nil
+	return g, s.validateRemoteSilence()
+}
+
+func (s *SyncSpec) validateRemoteSilence() error {
+	if s.Consistency == ConsistencyAsync {
+		if s.RemoteSilence != "" {
+			return &SpecError{"sync.remote_silence", "only for consistency bsp or ssp"}
+		}
+		return nil
+	}
+	if s.RemoteSilence == "" {
+		s.RemoteSilence = DefaultRemoteSilence.String()
+	}
+	d, err := time.ParseDuration(s.RemoteSilence)
+	if err != nil || d < minRemoteSilence || d > maxRemoteSilence {
+		return &SpecError{"sync.remote_silence", fmt.Sprintf("must be a duration in [%s, %s] such as 4s, got %q", minRemoteSilence, maxRemoteSilence, s.RemoteSilence)}
+	}
+	return nil
 }
 
 // groupSizer decides, batch by batch, when a partition coordinates, and

@@ -99,6 +99,9 @@ func TestSyncAndShedSpecErrors(t *testing.T) {
 		{Spec{Name: "a", Kind: "logreg", Input: "s", Sync: SyncSpec{Consistency: "eventual"}}, "sync.consistency"},
 		{Spec{Name: "a", Kind: "distinct", Input: "s", Params: map[string]any{"field": "f"}, Sync: SyncSpec{Consistency: "bsp"}}, "sync.consistency"},
 		{Spec{Name: "a", Kind: "logreg", Input: "s", Sync: SyncSpec{Staleness: 2}}, "sync.staleness"},
+		{Spec{Name: "a", Kind: "logreg", Input: "s", Sync: SyncSpec{RemoteSilence: "2s"}}, "sync.remote_silence"},
+		{Spec{Name: "a", Kind: "logreg", Input: "s", Sync: SyncSpec{Consistency: "bsp", RemoteSilence: "1ms"}}, "sync.remote_silence"},
+		{Spec{Name: "a", Kind: "logreg", Input: "s", Sync: SyncSpec{Consistency: "bsp", RemoteSilence: "soon"}}, "sync.remote_silence"},
 		{Spec{Name: "a", Kind: "logreg", Input: "s", Shed: &ShedSpec{MaxDelay: "soon"}}, "shed.max_delay"},
 		{Spec{Name: "a", Kind: "distinct", Input: "s", Params: map[string]any{"field": "f"}, Shed: &ShedSpec{MaxDelay: "50ms"}}, "shed"},
 	} {
@@ -109,15 +112,20 @@ func TestSyncAndShedSpecErrors(t *testing.T) {
 		}
 	}
 	j := mustPut(t, e, Spec{Name: "ok", Kind: "logreg", Input: "s", Partitions: 1, Sync: SyncSpec{Every: 3, Consistency: "ssp"}})
-	if sp := j.Spec(); sp.Sync.Every != 3 || sp.Sync.Staleness != 3 || sp.Sync.MaxDelay != "100ms" {
+	if sp := j.Spec(); sp.Sync.Every != 3 || sp.Sync.Staleness != 3 || sp.Sync.MaxDelay != "100ms" || sp.Sync.RemoteSilence != "4s" {
 		t.Fatalf("defaults: %+v", sp.Sync)
 	}
 	if _, err := ingest(e, "s", events(10, 0)...); err != nil {
 		t.Fatal(err)
 	}
 	waitIdle(t, j)
-	if st := j.Status(false); st.Group == nil || st.Group.Mode != "fixed" || st.Group.Size != 3 || sec(st).Consistency == nil || sec(st).Consistency.Model != "ssp" {
+	if st := j.Status(false); st.Group == nil || st.Group.Mode != "fixed" || st.Group.Size != 3 || sec(st).Consistency == nil || sec(st).Consistency.Model != "ssp" ||
+		sec(st).Consistency.RemoteSilenceMs != 4000 {
 		t.Fatalf("status group %+v consistency %+v", st.Group, sec(st).Consistency)
+	}
+	b := mustPut(t, e, Spec{Name: "b", Kind: "logreg", Input: "s2", Partitions: 1, Sync: SyncSpec{Consistency: "bsp", RemoteSilence: "1500ms"}})
+	if c := sec(b.Status(false)).Consistency; c == nil || c.RemoteSilenceMs != 1500 {
+		t.Fatalf("bsp with remote_silence 1500ms: consistency %+v", c)
 	}
 	_ = context.Background
 }

@@ -163,6 +163,9 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 		consistency: spec.Sync.Consistency, clock: runtime.NewSyncClock(spec.Partitions, staleness),
 		labels: labels, nparts: spec.Partitions}
 	j.drifts.onDrift = onDrift
+	if spec.Sync.Consistency != runtime.ConsistencyAsync {
+		j.clock.SetSilence(runtime.RemoteSilenceOf(spec.Sync))
+	}
 	return j, nil
 }
 
@@ -251,6 +254,9 @@ func (j *logregJob) Status(detail bool) any {
 		Deltas: j.deltaStatus(), Labels: j.labelStatus()}
 	if j.consistency != runtime.ConsistencySSP {
 		st.Consistency.Staleness = 0
+	}
+	if j.consistency == runtime.ConsistencyAsync {
+		st.Consistency.RemoteSilenceMs = 0 // nobody waits
 	}
 	return st
 }
