@@ -118,3 +118,41 @@ func elasticRow(t *Table, w elasticWorkload, withFT bool, reps int) {
 	}
 	t.Row(spec.Kind, w.state, mode, num(mid(pause), "%.1f"), num(mid(move), "%.1f"), num(mid(backup), "%.1f"), size)
 }
+
+// spreadTable: the imbalance of a keyed stream whose top key holds 30% of
+// the events, over 8 partitions, without and with hot-key spreading.
+func spreadTable(quick bool) {
+	n := 400_000
+	if quick {
+		n = 100_000
+	}
+	var b bytes.Buffer
+	for i := range n {
+		key := fmt.Sprintf("u%d", i%997)
+		if i%10 < 3 {
+			key = "hot"
+		}
+		fmt.Fprintf(&b, "{\"key\":%q,\"u\":\"i%d\"}\n", key, i%5000)
+	}
+	reqs := chunk("s", b.Bytes())
+	t := newTable("elastic-spread", "Elastic jobs: the imbalance of a hot key, without and with spreading",
+		fmt.Sprintf("A heavy_hitters job of 8 partitions fed %s keyed events, 30%% of them of one key and the rest over 997 keys; imbalance: the busiest partition's events over the mean (elastic.skew.events); target below 1.3 with spreading, from over 2 without.", humanize(float64(n))),
+		"spread", "imbalance", "hot keys", "events spread", "events/s", "target")
+	for _, spread := range []*runtime.SpreadSpec{nil, {Above: 0.05}} {
+		spec := runtime.Spec{Name: "sp", Kind: "heavy_hitters", Input: "s", Partitions: 8, Spread: spread, Params: map[string]any{"field": "u"}}
+		e, job, rate := feedEngine(reqs, n, spec, "")
+		sk := job.Status(false).Elastic.Skew
+		var most, sum uint64
+		for _, c := range sk.Events {
+			most, sum = max(most, c), sum+c
+		}
+		name, target, keys, spreadEvents := "off", "> 2", "-", "-"
+		if spread != nil {
+			name, target = fmt.Sprintf("above %.2f", spread.Above), "< 1.3"
+			keys, spreadEvents = fmt.Sprint(sk.Spread.Keys), humanize(float64(sk.Spread.Events))
+		}
+		t.Row(name, num(float64(most)/(float64(sum)/float64(len(sk.Events))), "%.2f"), keys, spreadEvents, rate, target)
+		e.Close(context.Background())
+	}
+	t.Print()
+}

@@ -35,9 +35,11 @@ type jobBatch struct {
 	// one partition, starting at rr; keyless counts them.
 	sticky  bool
 	keyless uint64
-	side    uint8      // of a join: which of its streams this is
-	parts   [][]Record // per partition
-	arena   arena
+	// spreading: the job spreads hot keys (SpreadSpec).
+	spreading bool
+	side      uint8      // of a join: which of its streams this is
+	parts     [][]Record // per partition
+	arena     arena
 	// bufs lend parts and the arena's features and values their arrays.
 	bufs      *buffers
 	shedStats shedStats
@@ -64,6 +66,7 @@ func (e *Engine) NewBatch(stream string) (*Batch, error) {
 	b := &Batch{e: e, stream: stream, now: now, nowMs: now.UnixMilli()}
 	for _, j := range readers {
 		jb := newJobBatch(j)
+		jb.spreading = j.keys.above > 0
 		if e.cfg.Cluster != nil {
 			jb.sticky, jb.rr = true, j.rr.Add(1)
 		}
@@ -132,7 +135,11 @@ const stickyRun = 2048
 func (jb *jobBatch) partition(key string) int {
 	n := uint64(len(jb.job.parts))
 	switch {
-	case key != "" || n == 1:
+	case n == 1:
+		return 0
+	case key != "" && jb.spreading && jb.job.keys.isHot(key):
+		return jb.job.partitionFor("")
+	case key != "":
 		return jb.job.partitionFor(key)
 	case jb.sticky:
 		p := (jb.rr + jb.keyless/stickyRun) % n

@@ -211,6 +211,9 @@ func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created boo
 	if spec.Source != nil && e.cfg.Cluster == nil {
 		return false, &SpecError{"source", "a NATS source needs cluster mode (serve with --cluster or --nats)"}
 	}
+	if spec.Spread != nil && e.cfg.Cluster != nil {
+		return false, &SpecError{"spread", "not supported in cluster mode yet: a retried request must split over the partitions as its first attempt did"}
+	}
 	if spec.Autoscale != nil && e.cfg.Cluster != nil {
 		return false, &SpecError{"autoscale", "not supported in cluster mode yet: a clustered job cannot be rescaled"}
 	}

@@ -141,6 +141,9 @@ func newJobIn(spec Spec, hub *Hub, cfg *Config, slot int, lin *lineage) (*Job, e
 		return nil, &SpecError{"autoscale", fmt.Sprintf("kind %s cannot move its state to another partition count", spec.Kind)}
 	}
 	j := &Job{spec: spec, kind: k, lineage: lin, slot: slot}
+	if spec.Spread != nil {
+		j.keys.above = spec.Spread.Above
+	}
 	if spec.Shed != nil {
 		j.shedDelay, _ = spec.Shed.delay() // checked by spec.validate
 		if sa, ok := k.instance().(ShedAware); ok {

@@ -49,6 +49,11 @@ type Kind struct {
 	// Consistent says the kind has consistency rounds (SyncClock), so
 	// that sync.consistency bsp and ssp apply to it.
 	Consistent bool
+	// Spreadable says the events of one key may go to several partitions
+	// (spec.Spread): the kind's partitions merge into what queries answer
+	// (a model, counters, sketches), so a hot key can be shared out. A
+	// join cannot: its matches need every tuple of a key in one partition.
+	Spreadable bool
 	// Messages are the hub message types the kind's jobs publish.
 	Messages []string
 	// Describe sends the descriptors of the kind's Prometheus series, for

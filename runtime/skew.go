@@ -1,7 +1,10 @@
 package runtime
 
 import (
+	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlstream/mlstream/synopses"
@@ -22,6 +25,12 @@ type SkewStatus struct {
 	// Loads are the events routed to each partition per second, over the
 	// last sample interval.
 	Loads []float64 `json:"loads"`
+	// Events are the events routed to each partition (processed or
+	// queued) since the layout started: the imbalance over a whole run is
+	// their largest over their mean.
+	Events []uint64 `json:"events"`
+	// Spread is what hot-key spreading does (spec.spread; absent when off).
+	Spread *SpreadStatus `json:"spread,omitempty"`
 	// HotKeys are the most frequent event keys, with the partition each
 	// is routed to.
 	HotKeys []HotKey `json:"hot_keys,omitempty"`
@@ -37,6 +46,41 @@ type HotKey struct {
 	Partition int    `json:"partition"`
 }
 
+// SpreadSpec turns hot-key spreading on: the events of a key that holds
+// at least Above of the job's keyed events (as the key summary estimates
+// it) go round robin over every partition instead of all to the one the
+// key hashes to. Only for Spreadable kinds, single-node.
+type SpreadSpec struct {
+	// Above is the share of the keyed events that makes a key hot, in
+	// [0.001, 0.5] (default 0.05).
+	Above float64 `json:"above,omitempty"`
+}
+
+func (s *SpreadSpec) validate(kind *Kind) error {
+	if s == nil {
+		return nil
+	}
+	if !kind.Spreadable {
+		return &SpecError{"spread", fmt.Sprintf("kind %s cannot spread a key over partitions (its results need all of a key's events in one partition); kinds that can: %s",
+			kind.Name, kindsWhere(func(k *Kind) bool { return k.Spreadable }))}
+	}
+	if s.Above == 0 {
+		s.Above = 0.05
+	}
+	if !(s.Above >= 0.001 && s.Above <= 0.5) {
+		return &SpecError{"spread.above", fmt.Sprintf("must be a share of the keyed events in [0.001, 0.5], got %v", s.Above)}
+	}
+	return nil
+}
+
+// SpreadStatus is what spreading does now: the hot keys and the events
+// it sent elsewhere than their key's partition.
+type SpreadStatus struct {
+	Above  float64  `json:"above"`
+	Keys   []string `json:"keys"`
+	Events uint64   `json:"events"`
+}
+
 // Sizes of the key summary.
 const (
 	keySample   = 16 // one key in keySample is counted
@@ -50,6 +94,51 @@ type keySketch struct {
 	mu sync.Mutex
 	hh *synopses.HeavyHitters // nil until the first key
 	n  uint64                 // keys seen, for the sampling
+	// above, when not 0, spreads the keys holding that share (SpreadSpec):
+	// hot is the set, renewed every hotEvery sampled keys; spread counts
+	// the events routed round robin for it.
+	above  float64
+	hot    atomic.Pointer[map[string]bool]
+	spread atomic.Uint64
+}
+
+// hotEvery is how many sampled keys pass between two renewals of the hot
+// set: often enough to follow a shift within a few thousand events.
+const hotEvery = 64
+
+// isHot says whether key's events are spread (SpreadSpec).
+func (k *keySketch) isHot(key string) bool {
+	if h := k.hot.Load(); h != nil && (*h)[key] {
+		k.spread.Add(1)
+		return true
+	}
+	return false
+}
+
+// renewHot recomputes the hot set from the summary (k.mu held).
+func (k *keySketch) renewHot() {
+	hot := map[string]bool{}
+	least := k.above * float64(k.hh.Total())
+	for _, it := range k.hh.TopK(keyCounters) {
+		if float64(it.Lower) >= least { // a sure count: a tail key's estimate carries the summary's floor
+			hot[it.Key] = true
+		}
+	}
+	k.hot.Store(&hot)
+}
+
+func (k *keySketch) spreadStatus() *SpreadStatus {
+	if k.above == 0 {
+		return nil
+	}
+	st := &SpreadStatus{Above: k.above, Keys: []string{}, Events: k.spread.Load()}
+	if h := k.hot.Load(); h != nil {
+		for key := range *h {
+			st.Keys = append(st.Keys, key)
+		}
+		slices.Sort(st.Keys)
+	}
+	return st
 }
 
 // observe counts a sample of the keys of one request's records.
@@ -66,6 +155,9 @@ func (k *keySketch) observe(parts [][]Record) {
 				k.hh = synopses.NewHeavyHitters(keyCounters)
 			}
 			k.hh.Update(recs[i].Key, keySample)
+			if k.above > 0 && (k.n/keySample)%hotEvery == 0 {
+				k.renewHot()
+			}
 		}
 	}
 }
@@ -124,5 +216,9 @@ func (j *Job) skew() *SkewStatus {
 		st.Imbalance = most / (sum / float64(len(st.Loads)))
 	}
 	st.HotKeys = j.keys.top(len(j.parts))
+	st.Spread = j.keys.spreadStatus()
+	for _, p := range j.parts {
+		st.Events = append(st.Events, p.processed.Load()+uint64(max(p.q.depth.Load(), 0)))
+	}
 	return st
 }

@@ -47,6 +47,10 @@ type Spec struct {
 	// Autoscale lets the job change its partition count by itself
 	// (autoscale.go); absent, it keeps the count it is given.
 	Autoscale *AutoscaleSpec `json:"autoscale,omitempty"`
+	// Spread shares the events of hot keys out over every partition
+	// (skew.go; kinds that are Spreadable); absent, a key's events all go
+	// to the partition it hashes to.
+	Spread *SpreadSpec `json:"spread,omitempty"`
 }
 
 // SourceSpec is a NATS subject or JetStream stream that other systems
@@ -177,6 +181,9 @@ func (s *Spec) validate(defPartitions, defQueue int) error {
 		return &SpecError{"partitions", fmt.Sprintf("must be in [1, %d] (0 = the engine's default), got %d", MaxPartitions, s.Partitions)}
 	}
 	if err := s.Autoscale.validate(s); err != nil {
+		return err
+	}
+	if err := s.Spread.validate(kind); err != nil {
 		return err
 	}
 	if s.Partitions == 0 {

@@ -28,6 +28,7 @@ func init() {
 	runtime.Register(runtime.Kind{
 		Name: Name, New: newJob, Memory: memory,
 		Divergence: 64, // HyperLogLog registers changed
+		Spreadable: true,
 		Messages:   []string{TypeDistinct},
 		Describe:   describe,
 	})

@@ -36,6 +36,7 @@ func init() {
 	runtime.Register(runtime.Kind{
 		Name: Name, New: newJob, Memory: memory,
 		Divergence: 1000, // largest counter difference
+		Spreadable: true,
 		Shed: &runtime.ShedPolicy{
 			Drops:    "events, keeping each with probability p and counting it 1/p times",
 			Reweight: true,

@@ -31,6 +31,7 @@ func kind() runtime.Kind {
 			Sheddable: func(r *runtime.Record) bool { return r.Label >= 0 && r.Side == 0 },
 		},
 		Consistent: true,
+		Spreadable: true,
 		Messages:   []string{TypePrediction, TypeDrift},
 		Describe:   describe,
 	}
