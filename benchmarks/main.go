@@ -57,7 +57,7 @@ func main() {
 	flag.StringVar(&plotsDir, "plots", "benchmarks/plots", "draw the figures as PNG files into this directory (empty: none)")
 	reps := flag.Int("reps", 5, "repetitions per measurement; the median is reported")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	sections := flag.String("sections", "core,synopses,join,peers,redis-http,drizzle,elastic,ft,crash,cluster", "which tables: elastic (the pause of a rescale against state size; the imbalance of a hot key without and with spreading, alone: elastic-spread), core (learning, ingest against parsing), synopses (heavy hitters, distinct), join (throughput, memory, estimates), peers (scikit-learn, Redis), redis-http (the real binary over HTTP against redis-cli --pipe, wall and CPU), drizzle (latency against throughput by group size), ft (Table 5 for logreg, heavy hitters, join; the Θ×L sweep), crash (kill -9 of the real binary: Figures 6-8, restart time), cluster (cluster mode with real processes on loopback: ingest against single-node, failover after kill -9, events lost, logreg accuracy after kills; about 10 minutes; its parts alone: cluster-ingest, cluster-failover, cluster-accuracy)")
+	sections := flag.String("sections", "core,synopses,join,peers,redis-http,drizzle,elastic,ft,crash,cluster", "which tables: elastic (the pause of a rescale against state size; the imbalance of a hot key without and with spreading, alone: elastic-spread; the autoscaler under a step workload, alone: elastic-step), core (learning, ingest against parsing), synopses (heavy hitters, distinct), join (throughput, memory, estimates), peers (scikit-learn, Redis), redis-http (the real binary over HTTP against redis-cli --pipe, wall and CPU), drizzle (latency against throughput by group size), ft (Table 5 for logreg, heavy hitters, join; the Θ×L sweep), crash (kill -9 of the real binary: Figures 6-8, restart time), cluster (cluster mode with real processes on loopback: ingest against single-node, failover after kill -9, events lost, logreg accuracy after kills; about 10 minutes; its parts alone: cluster-ingest, cluster-failover, cluster-accuracy)")
 	ftKinds := flag.String("ft-kinds", "logreg,heavy_hitters,join", "the kinds of Table 5 (section ft); the Θ×L sweep runs with logreg")
 	flag.Parse()
 	want := map[string]bool{}
@@ -122,6 +122,9 @@ func runSections(want map[string]bool, n, reps int, quick bool, ftKinds []string
 	}
 	if want["elastic"] || want["elastic-spread"] {
 		spreadTable(quick)
+	}
+	if want["elastic"] || want["elastic-step"] {
+		autoscaleTable(quick)
 	}
 	if want["drizzle"] {
 		drizzleTable(quick)
