@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -42,7 +43,10 @@ func BenchmarkIngestHTTPDistinct(b *testing.B) {
 	benchIngest(b, runtime.Spec{Name: "bench", Kind: "distinct", Input: "mail", Partitions: 2, Params: map[string]any{"field": "key"}})
 }
 
-func benchIngest(b *testing.B, spec runtime.Spec) {
+func benchIngest(b *testing.B, spec runtime.Spec) { benchIngestN(b, spec, 1000) }
+
+// benchIngestN posts benchBody, of perBody events, b.N times.
+func benchIngestN(b *testing.B, spec runtime.Spec, perBody int) {
 	ts := newTestServer(b)
 	if _, err := ts.engine.PutJob(spec); err != nil {
 		b.Fatal(err)
@@ -67,8 +71,21 @@ func benchIngest(b *testing.B, spec runtime.Spec) {
 			}
 		}
 	})
-	for job.Status(false).Processed < uint64(b.N*1000) {
+	for job.Status(false).Processed < uint64(b.N*perBody) {
 		time.Sleep(100 * time.Microsecond)
 	}
-	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(b.N*perBody)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkIngestHTTPItems is a distinct job fed {"item": ...} lines: the
+// string fast path (Redis's ground, see the redis-http benchmark).
+func BenchmarkIngestHTTPItems(b *testing.B) {
+	var body bytes.Buffer
+	for i := range 10_000 {
+		fmt.Fprintf(&body, "{\"item\":\"item-%d\"}\n", (i*7919)%100_000)
+	}
+	saved := benchBody
+	benchBody = body.Bytes()
+	defer func() { benchBody = saved }()
+	benchIngestN(b, runtime.Spec{Name: "bench", Kind: "distinct", Input: "mail", Partitions: 2, Params: map[string]any{"field": "item"}}, 10_000)
 }
