@@ -323,11 +323,14 @@ func TestTwoNodesShareOneModel(t *testing.T) {
 	if accA != accB {
 		t.Fatalf("equal models predict differently: %.4f and %.4f", accA, accB)
 	}
-	// The reference is one partition: deterministic. (Four ordinary
-	// partitions land anywhere from 0.79 to 0.83 run to run, with their
-	// timing; the shared ones learn at least as well.)
-	if accA < accO-0.01 {
-		t.Fatalf("shared accuracy %.4f more than a point below the ordinary job's %.4f", accA, accO)
+	// The reference is one partition: deterministic. Four partitions
+	// learning in parallel depend on when they merge, which timing sets
+	// (with the default normalization: 0.812-0.818 in 18-24 deltas; 0.803
+	// in 62 deltas under -race on a loaded machine, against 0.820), so the
+	// bound is 2.5 points; that both nodes hold one model is checked bit
+	// for bit above.
+	if accA < accO-0.025 {
+		t.Fatalf("shared accuracy %.4f more than 2.5 points below the ordinary job's %.4f", accA, accO)
 	}
 	for name, e := range map[string]*runtime.Engine{"A": ea, "B": eb} {
 		waitFor(t, "node "+name+"'s status to show every partition's metrics", func() bool {
