@@ -135,6 +135,9 @@ func (e *Engine) CheckSpec(spec Spec) (Spec, error) {
 	if err := spec.validate(e.cfg.Partitions, e.cfg.QueueSize); err != nil {
 		return spec, err
 	}
+	if err := e.checkMode(spec); err != nil {
+		return spec, err
+	}
 	if _, err := newKindJob(spec); err != nil {
 		return spec, err
 	}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -137,5 +138,25 @@ func TestClusterModeSticksKeylessEventsToAPartition(t *testing.T) {
 	}
 	if nonEmpty(r[5]) != 1 {
 		t.Errorf("1,000 keyless events on the string fast path went %v, want one partition", r[5])
+	}
+}
+
+// A cluster checks a spec (CheckSpec) before storing it for every node:
+// what cluster mode cannot do yet is refused there, not by each node
+// after the PUT was answered.
+func TestCheckSpecRefusesWhatClusterModeCannotDo(t *testing.T) {
+	e := testEngine(t, Config{Cluster: &publishedSizes{}})
+	for _, tc := range []struct {
+		spec  Spec
+		field string
+	}{
+		{Spec{Name: "a", Kind: "heavy_hitters", Input: "s", Params: map[string]any{"field": "f"}, Autoscale: &AutoscaleSpec{Max: 4}}, "autoscale"},
+		{Spec{Name: "s", Kind: "heavy_hitters", Input: "s", Params: map[string]any{"field": "f"}, Spread: &SpreadSpec{}}, "spread"},
+	} {
+		_, err := e.CheckSpec(tc.spec)
+		var se *SpecError
+		if !errors.As(err, &se) || se.Field != tc.field {
+			t.Errorf("%s: got %v, want an error on %s", tc.spec.Name, err, tc.field)
+		}
 	}
 }

@@ -204,18 +204,27 @@ func (e *Engine) PutJob(spec Spec) (created bool, err error) {
 // name under the lock, create the job (claim its data, recover, start
 // its partitions, record it) outside it, and publish its streams under
 // it again.
+// checkMode refuses what a spec asks of the engine's mode (single-node or
+// cluster) that the mode cannot do.
+func (e *Engine) checkMode(spec Spec) error {
+	clustered := e.cfg.Cluster != nil
+	switch {
+	case spec.Source != nil && !clustered:
+		return &SpecError{"source", "a NATS source needs cluster mode (serve with --cluster or --nats)"}
+	case spec.Spread != nil && clustered:
+		return &SpecError{"spread", "not supported in cluster mode yet: a retried request must split over the partitions as its first attempt did"}
+	case spec.Autoscale != nil && clustered:
+		return &SpecError{"autoscale", "not supported in cluster mode yet: a clustered job cannot be rescaled"}
+	}
+	return nil
+}
+
 func (e *Engine) putJob(spec Spec, incarnation string, record bool) (created bool, err error) {
 	if err := spec.validate(e.cfg.Partitions, e.cfg.QueueSize); err != nil {
 		return false, err
 	}
-	if spec.Source != nil && e.cfg.Cluster == nil {
-		return false, &SpecError{"source", "a NATS source needs cluster mode (serve with --cluster or --nats)"}
-	}
-	if spec.Spread != nil && e.cfg.Cluster != nil {
-		return false, &SpecError{"spread", "not supported in cluster mode yet: a retried request must split over the partitions as its first attempt did"}
-	}
-	if spec.Autoscale != nil && e.cfg.Cluster != nil {
-		return false, &SpecError{"autoscale", "not supported in cluster mode yet: a clustered job cannot be rescaled"}
+	if err := e.checkMode(spec); err != nil {
+		return false, err
 	}
 	if j, err := e.Job(spec.Name); err == nil && onlyPartitionsDiffer(j.spec, spec) {
 		// A new partition count for a running job: rescale it.
