@@ -45,6 +45,12 @@ type Rescaling interface {
 	RescaleInto(next Instance) error
 }
 
+// NotRescalable is the error of RescaleInto given an instance of another
+// kind (never from the engine, which makes next of the same kind).
+func NotRescalable(kind string, next Instance) error {
+	return fmt.Errorf("%s: cannot rescale into a %T", kind, next)
+}
+
 // PartitionOf is the partition, of n, that the engine routes an event
 // with key to (an event without a key goes round robin: 0 here).
 func PartitionOf(key string, n int) int {

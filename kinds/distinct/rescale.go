@@ -16,7 +16,7 @@ var _ runtime.Rescaling = (*job)(nil)
 func (j *job) RescaleInto(next runtime.Instance) error {
 	nj, ok := next.(*job)
 	if !ok {
-		return synopsis.NotRescalable(Name, next)
+		return runtime.NotRescalable(Name, next)
 	}
 	for i, p := range j.parts {
 		nj.parts[i%len(nj.parts)].Sketch.MergeFrom(p.Sketch)

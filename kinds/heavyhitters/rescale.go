@@ -14,7 +14,7 @@ var _ runtime.Rescaling = (*job)(nil)
 func (j *job) RescaleInto(next runtime.Instance) error {
 	nj, ok := next.(*job)
 	if !ok {
-		return synopsis.NotRescalable(Name, next)
+		return runtime.NotRescalable(Name, next)
 	}
 	n := len(nj.parts)
 	old := make([]*synopses.WindowedHH, len(j.parts))

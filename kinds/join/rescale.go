@@ -1,8 +1,6 @@
 package join
 
 import (
-	"fmt"
-
 	"github.com/mlstream/mlstream/joins"
 	"github.com/mlstream/mlstream/runtime"
 )
@@ -17,7 +15,7 @@ var _ runtime.Rescaling = (*joinJob)(nil)
 func (j *joinJob) RescaleInto(next runtime.Instance) error {
 	nj, ok := next.(*joinJob)
 	if !ok {
-		return fmt.Errorf("join: cannot rescale into a %T", next)
+		return runtime.NotRescalable(Name, next)
 	}
 	n := uint64(len(nj.parts))
 	joins.Rescale(joinsOf(j.parts), joinsOf(nj.parts), func(h uint64) int { return int(h % n) })

@@ -5,7 +5,6 @@
 package kindtest
 
 import (
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -74,7 +73,7 @@ func (t *throttled) Queries() []runtime.Query {
 func (t *throttled) RescaleInto(next runtime.Instance) error {
 	nt, ok := next.(*throttled)
 	if !ok {
-		return fmt.Errorf("%s: cannot rescale into a %T", Throttled, next)
+		return runtime.NotRescalable(Throttled, next)
 	}
 	nt.parts[0].n.Add(t.Count())
 	return nil

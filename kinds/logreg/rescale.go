@@ -19,7 +19,7 @@ var _ runtime.Rescaling = (*logregJob)(nil)
 func (j *logregJob) RescaleInto(next runtime.Instance) error {
 	nj, ok := next.(*logregJob)
 	if !ok {
-		return fmt.Errorf("logreg: cannot rescale into a %T", next)
+		return runtime.NotRescalable(Name, next)
 	}
 	if j.sharing() {
 		return fmt.Errorf("logreg: a job with shared deltas (cluster mode) cannot be rescaled")

@@ -1,11 +1,5 @@
 package synopsis
 
-import (
-	"fmt"
-
-	"github.com/mlstream/mlstream/runtime"
-)
-
 // Rescaling (runtime.Rescaling) of the synopsis kinds.
 
 // summary is the part's Summary, for Inherit: every partition of these
@@ -26,10 +20,4 @@ func Inherit[S any, W Windowed[S], P interface{ summary() *Summary[S, W] }](from
 		o.pub.Unlock()
 	}
 	dst.AddLostValues(lost)
-}
-
-// NotRescalable is the error of a rescale into an instance of another
-// kind (never from the engine, which makes next of the same kind).
-func NotRescalable(kind string, next runtime.Instance) error {
-	return fmt.Errorf("%s: cannot rescale into a %T", kind, next)
 }
