@@ -26,11 +26,11 @@ type Batch struct {
 
 type jobBatch struct {
 	job *Job
-	// rr, when keyed, numbers the request's events without a key, so
-	// that every attempt of a request (the same Idempotency-Key) sends
-	// each of them to the same partition.
-	rr    uint64
-	keyed bool
+	// rr is the request's own round robin over the partitions for events
+	// without a key: it starts one step along the job's (NewBatch), or,
+	// with an Idempotency-Key, at a function of the key (SetKey), so that
+	// every attempt of a request sends each event to the same partition.
+	rr uint64
 	// sticky (cluster mode) sends runs of stickyRun keyless events to
 	// one partition, starting at rr; keyless counts them.
 	sticky  bool
@@ -66,10 +66,7 @@ func (e *Engine) NewBatch(stream string) (*Batch, error) {
 	b := &Batch{e: e, stream: stream, now: now, nowMs: now.UnixMilli()}
 	for _, j := range readers {
 		jb := newJobBatch(j)
-		jb.spreading = j.keys.above > 0
-		if e.cfg.Cluster != nil {
-			jb.sticky, jb.rr = true, j.rr.Add(1)
-		}
+		jb.spreading, jb.sticky, jb.rr = j.keys.above > 0, e.cfg.Cluster != nil, j.rr.Add(1)
 		if j.spec.Right == stream {
 			jb.side = 1
 		}
@@ -128,28 +125,23 @@ func (b *Batch) Add(v *fastjson.Value, line int) error {
 // requests and within larger ones.
 const stickyRun = 2048
 
-// partition is the partition of an event with the given key. A keyless
-// event goes to the job's round robin, or, in a keyed request, the
-// request's own (a function of its key); in cluster mode to the
-// request's current sticky partition.
+// partition is the partition of an event with the given key: its key's,
+// unless the job spreads the key (hot); a keyless or spread event goes to
+// the request's round robin, in cluster mode to its current sticky run.
 func (jb *jobBatch) partition(key string) int {
 	n := uint64(len(jb.job.parts))
 	switch {
 	case n == 1:
 		return 0
-	case key != "" && jb.spreading && jb.job.keys.isHot(key):
-		return jb.job.partitionFor("")
-	case key != "":
+	case key != "" && !(jb.spreading && jb.job.keys.isHot(key)):
 		return jb.job.partitionFor(key)
 	case jb.sticky:
 		p := (jb.rr + jb.keyless/stickyRun) % n
 		jb.keyless++
 		return int(p)
-	case jb.keyed:
-		jb.rr++
-		return int(jb.rr % n)
 	}
-	return jb.job.partitionFor(key)
+	jb.rr++
+	return int(jb.rr % n)
 }
 
 // SetKey makes the request's partitioning of events without a key a
@@ -162,7 +154,7 @@ func (b *Batch) SetKey(key string) {
 	}
 	h := learners.HashName(key)
 	for _, jb := range b.jobs {
-		jb.keyed, jb.rr = true, h
+		jb.rr = h
 	}
 }
 

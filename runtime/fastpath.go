@@ -35,13 +35,6 @@ func (b *Batch) StringField() (field string, ok bool) {
 		}
 		field, jb.hashed = f, hashed
 	}
-	for _, jb := range b.jobs {
-		if !jb.keyed {
-			// A request without a key takes one step of the job's round
-			// robin, not one per event: its events go round from there.
-			jb.rr = jb.job.rr.Add(1)
-		}
-	}
 	return field, len(b.jobs) > 0
 }
 
@@ -73,26 +66,10 @@ func (b *Batch) AddString(s []byte) {
 			jb.arena.vals = append(jb.arena.vals, str)
 			rec.Values = jb.arena.Values(mark)
 		}
-		p := jb.roundRobin()
+		p := jb.partition("")
 		jb.parts[p] = append(jb.parts[p], rec)
 	}
 	b.events++
-}
-
-// roundRobin is the partition of the next event without a key on the fast
-// path: the request's own round robin, which for a request with an
-// Idempotency-Key is the one partition (SetKey) follows; in cluster mode
-// the request's sticky runs (partition).
-func (jb *jobBatch) roundRobin() int {
-	n := uint64(len(jb.parts))
-	if n == 1 {
-		return 0
-	}
-	if jb.sticky {
-		return jb.partition("")
-	}
-	jb.rr++
-	return int(jb.rr % n)
 }
 
 // HashValues replaces the values of rec, extracted into a, by their

@@ -146,19 +146,22 @@ func (k *keySketch) observe(parts [][]Record) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, recs := range parts {
-		for i := range recs {
-			k.n++
-			if k.n%keySample != 0 || recs[i].Key == "" {
+		// Only every keySample-th record is looked at: the (n+1)-th of the
+		// job's when n+1 is a multiple of keySample.
+		first := (keySample - 1 - k.n%keySample) % keySample
+		for i := first; i < uint64(len(recs)); i += keySample {
+			if recs[i].Key == "" {
 				continue
 			}
 			if k.hh == nil {
 				k.hh = synopses.NewHeavyHitters(keyCounters)
 			}
 			k.hh.Update(recs[i].Key, keySample)
-			if k.above > 0 && (k.n/keySample)%hotEvery == 0 {
+			if k.above > 0 && ((k.n+i+1)/keySample)%hotEvery == 0 {
 				k.renewHot()
 			}
 		}
+		k.n += uint64(len(recs))
 	}
 }
 
