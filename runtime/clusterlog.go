@@ -123,15 +123,6 @@ func (l Logged) Release() {
 	}
 }
 
-// DecodeRecords decodes a cluster log message onto arrays of its own.
-func DecodeRecords(data []byte) ([]Record, error) {
-	if len(data) > 0 && data[0] != logMarker {
-		return decodeItemRecords(data)
-	}
-	var a arena
-	return decodeLog(data, nil, &a)
-}
-
 // DecodeLogged decodes a cluster log message, the inverse of
 // AppendRecords. The records' strings are their own (copied from data,
 // which may be reused); the arrays of records, features and values are
