@@ -86,7 +86,7 @@ func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, runtime.ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, apiError{Error: err.Error()})
 		return
-	case errors.Is(err, runtime.ErrRescaleClustered), errors.Is(err, runtime.ErrRescalePaused),
+	case errors.Is(err, runtime.ErrRescaleClustered), errors.Is(err, runtime.ErrRescaling), errors.Is(err, runtime.ErrRescalePaused),
 		errors.Is(err, runtime.ErrNotSupported), errors.Is(err, runtime.ErrRescaleFailed):
 		// A spec that differs only in partitions rescales the job.
 		rescaleError(w, name, err)

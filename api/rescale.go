@@ -23,7 +23,8 @@ type rescaleBody struct {
 // job is rescaled to n partitions (runtime.Engine.Rescale) and its status
 // answered, 200. 400 for a bad body or a count out of range (field
 // partitions), 404 for an unknown job, 409 when the job cannot be
-// rescaled (cluster mode, paused, a kind that cannot move its state), 413
+// rescaled (paused, a kind that cannot move its state, ft mode none in
+// cluster mode, another rescale under way), 413
 // past 4 KiB, 503 when the rescale did not happen in time (the job goes on
 // with its partitions; Retry-After) or the server shuts down, 507 past the
 // memory budget.
@@ -40,7 +41,7 @@ func (s *Server) patchJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, *bad)
 		return
 	}
-	if _, err := s.engine.Rescale(r.Context(), name, n, "api"); err != nil {
+	if _, err := s.jobs.Rescale(r.Context(), name, n, "api"); err != nil {
 		rescaleError(w, name, err)
 		return
 	}
@@ -100,7 +101,7 @@ func rescaleError(w http.ResponseWriter, name string, err error) {
 			apiError:      apiError{Error: err.Error(), Field: "partitions"},
 			EstimateBytes: be.Estimate.Total(), BudgetBytes: be.Budget, InUseBytes: be.InUse,
 		})
-	case errors.Is(err, runtime.ErrRescaleClustered), errors.Is(err, runtime.ErrRescalePaused), errors.Is(err, runtime.ErrNotSupported):
+	case errors.Is(err, runtime.ErrRescaleClustered), errors.Is(err, runtime.ErrRescaling), errors.Is(err, runtime.ErrRescalePaused), errors.Is(err, runtime.ErrNotSupported):
 		writeError(w, http.StatusConflict, apiError{Error: err.Error(), Field: "partitions"})
 	case errors.Is(err, runtime.ErrRescaleFailed):
 		w.Header().Set("Retry-After", "1")

@@ -124,12 +124,14 @@ func (noCluster) Publish(context.Context, *runtime.Job, [][]runtime.Record) erro
 	return nil
 }
 
-// In cluster mode a rescale is refused with a 409 that says so.
-func TestPatchInClusterModeIsAConflict(t *testing.T) {
+// An engine in cluster mode refuses to rescale a job by itself (the
+// cluster node, the server's JobAdmin there, does it) with a 409 that
+// says so.
+func TestPatchOfAClusteredEngineIsAConflict(t *testing.T) {
 	ts := newTestServer(t, func(c *runtime.Config, _ *Config) { c.Cluster = noCluster{} })
 	ts.putJob("spam", logregSpec)
 	code, _, body := ts.do("PATCH", "/v1/jobs/spam", "application/json", []byte(`{"partitions":3}`))
-	if code != http.StatusConflict || body["field"] != "partitions" || !strings.Contains(body["error"].(string), "clustered job is not supported yet") {
+	if code != http.StatusConflict || body["field"] != "partitions" || !strings.Contains(body["error"].(string), "rescaled by its cluster") {
 		t.Fatalf("PATCH in cluster mode: %d %v", code, body)
 	}
 }

@@ -7,6 +7,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -57,9 +58,11 @@ type Config struct {
 	Logger    *slog.Logger
 }
 
-// JobAdmin creates and deletes jobs: the engine, or a cluster node.
+// JobAdmin creates, rescales and deletes jobs: the engine, or a cluster
+// node.
 type JobAdmin interface {
 	PutJob(spec runtime.Spec) (created bool, err error)
+	Rescale(ctx context.Context, name string, partitions int, reason string) (runtime.RescaleReport, error)
 	DeleteJob(name string) error
 }
 

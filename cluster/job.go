@@ -39,11 +39,15 @@ type jobState struct {
 	}
 	streamMu sync.Mutex
 	streams  map[int]jetstream.Stream // by group
+
+	seal sealState // a rescale's hold of the job's ingest (rescale.go)
+	// rescaled is the rescale that made this incarnation (nil: none).
+	rescaled *runtime.RescaleReport
 }
 
 func newJobState(n *Node, rec jobRecord) *jobState {
 	st := &jobState{n: n, spec: rec.Spec, inc: rec.Incarnation, id: jobID(rec.Spec.Name, rec.Incarnation),
-		started: make(chan struct{}), streams: map[int]jetstream.Stream{}}
+		started: make(chan struct{}), streams: map[int]jetstream.Stream{}, rescaled: rec.LastRescale}
 	for p := range rec.Spec.Partitions {
 		st.parts = append(st.parts, newPartState(st, p))
 	}
@@ -76,6 +80,12 @@ func (st *jobState) start() {
 		st.n.log.Error("a job of the cluster could not start here", "job", st.name(), "err", err)
 		return
 	}
+	st.takePartitions()
+}
+
+// takePartitions follows the job's start in the engine: its source is read and
+// the partitions whose leases this node holds are taken.
+func (st *jobState) takePartitions() {
 	if err := st.startSource(); err != nil {
 		st.n.log.Error("the job's NATS source cannot be read here", "job", st.name(), "err", err)
 	}

@@ -20,6 +20,15 @@ type jobRecord struct {
 	Spec        runtime.Spec `json:"spec"`
 	Incarnation string       `json:"incarnation"`
 	Created     time.Time    `json:"created"`
+	// Rescale is set while the job is being rescaled (rescale.go).
+	Rescale *rescaleMark `json:"rescale,omitempty"`
+	// Previous is the incarnation this one follows by a rescale ("" for a
+	// new job): nodes swap the job rather than restart it.
+	Previous string `json:"previous,omitempty"`
+	// Generation counts the job's layouts (rescales), LastRescale the
+	// rescale that made this one.
+	Generation  uint64                 `json:"generation,omitempty"`
+	LastRescale *runtime.RescaleReport `json:"last_rescale,omitempty"`
 }
 
 // applyWait is how long PutJob and DeleteJob wait for the change to
@@ -31,6 +40,11 @@ const applyWait = 30 * time.Second
 // created=false when the same spec runs already; ErrJobExists when the
 // name is another spec's.
 func (n *Node) PutJob(spec runtime.Spec) (bool, error) {
+	if n.engine.PartitionsOnly(spec) {
+		// A new partition count for a running job: rescale it.
+		_, err := n.Rescale(n.ctx, spec.Name, spec.Partitions, "api")
+		return false, err
+	}
 	spec, err := n.engine.CheckSpec(spec)
 	if err != nil {
 		return false, err
@@ -86,12 +100,23 @@ type appliedQuestion struct {
 	Job         string `json:"job"`
 	Incarnation string `json:"incarnation"`
 	Running     bool   `json:"running"` // false: asks for the job gone
+	// Held asks, besides, for the job's ingest held (a rescale's seal)
+	// with the requests admitted before ended.
+	Held bool `json:"held,omitempty"`
 }
 
 // waitEveryNode waits until every live node answered that it runs (or no
 // longer runs) the job's incarnation, or everyNodeWait passed.
 func (n *Node) waitEveryNode(ctx context.Context, name, incarnation string, running bool) {
-	live := 1
+	if got, live := n.askEveryNode(ctx, appliedQuestion{name, incarnation, running, false}); got < live {
+		n.log.Warn("not every node confirmed a job change in time", "job", name, "confirmed", got, "live", live)
+	}
+}
+
+// askEveryNode asks every node q and returns how many answered within
+// everyNodeWait, and how many nodes are live.
+func (n *Node) askEveryNode(ctx context.Context, q appliedQuestion) (got, live int) {
+	live = 1
 	if n.leases != nil {
 		live = len(n.leases.Nodes())
 	}
@@ -100,19 +125,19 @@ func (n *Node) waitEveryNode(ctx context.Context, name, incarnation string, runn
 	inbox := nats.NewInbox()
 	sub, err := n.nc.SubscribeSync(inbox)
 	if err != nil {
-		return
+		return 0, live
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	q, _ := json.Marshal(appliedQuestion{name, incarnation, running})
-	if n.nc.PublishRequest(ctlApplied, inbox, q) != nil {
-		return
+	data, _ := json.Marshal(q)
+	if n.nc.PublishRequest(ctlApplied, inbox, data) != nil {
+		return 0, live
 	}
-	for got := 0; got < live; got++ {
+	for ; got < live; got++ {
 		if _, err := sub.NextMsgWithContext(ctx); err != nil {
-			n.log.Warn("not every node confirmed a job change in time", "job", name, "confirmed", got, "live", live)
-			return
+			return got, live
 		}
 	}
+	return got, live
 }
 
 // answerApplied answers a waitEveryNode once this node applied the
@@ -126,7 +151,7 @@ func (n *Node) answerApplied(m *nats.Msg) {
 		deadline := time.Now().Add(everyNodeWait)
 		for time.Now().Before(deadline) && n.ctx.Err() == nil {
 			st := n.job(q.Job)
-			has := st != nil && st.inc == q.Incarnation && st.ready.Load()
+			has := st != nil && st.inc == q.Incarnation && st.ready.Load() && (!q.Held || st.seal.held.Load())
 			if has == q.Running {
 				_ = m.Respond(nil)
 				return
@@ -161,17 +186,7 @@ func (n *Node) DeleteJob(name string) error {
 }
 
 func (n *Node) readJob(ctx context.Context, name string) (jobRecord, error) {
-	var rec jobRecord
-	var e jetstream.KeyValueEntry
-	err := natsnode.RetryEach(ctx, setupWait, func(ctx context.Context) error {
-		var err error
-		e, err = n.jobsKV.Get(ctx, name)
-		return err
-	})
-	if err != nil {
-		return rec, err
-	}
-	err = json.Unmarshal(e.Value(), &rec)
+	rec, _, err := n.readJobEntry(ctx, name)
 	return rec, err
 }
 
@@ -296,6 +311,7 @@ func (n *Node) reconcileJobs() {
 		}
 		seen[k] = true
 		n.applyJob(e)
+		n.clearStaleRescale(e)
 	}
 	if ok && ctx.Err() == nil {
 		n.stopUnseen(seen)
@@ -345,6 +361,11 @@ func (n *Node) applyJob(e jetstream.KeyValueEntry) {
 	}
 	if st := n.job(name); st != nil {
 		if st.inc == rec.Incarnation && !st.failed() {
+			st.followSeal(rec.Rescale != nil)
+			return
+		}
+		if rec.Previous == st.inc && !st.failed() {
+			n.replaceJob(st, rec)
 			return
 		}
 		// Another incarnation, or this one failed to start here (a

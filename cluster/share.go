@@ -43,13 +43,14 @@ type sharing struct {
 	name    string
 	applied atomic.Uint64 // stream sequence of the last delta applied: the model's version
 	lost    atomic.Uint64 // deltas retention dropped before this node applied them
-	backups chan chan error
+	// between runs functions on the applier between two deltas.
+	between chan func()
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
 
 func (st *jobState) startSharing(ctx context.Context, sh runtime.Sharing) error {
-	s := &sharing{st: st, sh: sh, name: deltaStream(st.id), backups: make(chan chan error), done: make(chan struct{})}
+	s := &sharing{st: st, sh: sh, name: deltaStream(st.id), between: make(chan func()), done: make(chan struct{})}
 	if _, err := openStream(ctx, st.n.js, st.deltaStreamConfig()); err != nil {
 		return err
 	}
@@ -150,8 +151,8 @@ func (s *sharing) applyFrom(ctx context.Context, start uint64) error {
 			return ctx.Err()
 		case err := <-errs:
 			return err
-		case then := <-s.backups:
-			s.backupGlobal(then)
+		case fn := <-s.between:
+			fn()
 		case m := <-msgs:
 			if err := s.apply(m); err != nil {
 				return err
@@ -184,7 +185,7 @@ func (s *sharing) apply(m jetstream.Msg) error {
 func (s *sharing) backupNow(u *unitFT) {
 	then := make(chan error, 1)
 	select {
-	case s.backups <- then:
+	case s.between <- func() { s.backupGlobal(then) }:
 	case <-time.After(10 * time.Second):
 		return
 	}
@@ -200,6 +201,50 @@ func (s *sharing) backupGlobal(then chan error) {
 		return
 	}
 	then <- nil
+}
+
+// snapshotAll is the global unit's state once this node has applied
+// every delta the stream holds now (for a rescale, after the partitions
+// drained).
+func (s *sharing) snapshotAll(ctx context.Context) ([]byte, error) {
+	var last uint64
+	err := natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
+		st, err := s.st.n.js.Stream(ctx, s.name)
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return err
+		}
+		last = info.State.LastSeq
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for s.applied.Load() < last {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("applying the deltas up to %d (at %d): %w", last, s.applied.Load(), ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	u := s.st.ft.global()
+	if u == nil {
+		return nil, errors.New("cluster: the job has no global unit")
+	}
+	var buf bytes.Buffer
+	errc := make(chan error, 1)
+	select {
+	case s.between <- func() { errc <- u.unit.BackupState(&buf, true) }:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // send is the kind's delta channel (runtime.Sharing.ShareDeltas): on the

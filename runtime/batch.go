@@ -193,14 +193,17 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	if b.e.cfg.Cluster != nil {
+		// Admitted like a local request: a rescale of the cluster holds
+		// ingest on every node and waits for the requests admitted.
+		if err := b.enter(ctx); err != nil {
+			return 0, err
+		}
+		defer b.leaveJobs()
 		return b.publish(ctx)
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.e.cfg.IngestWait)
 	defer cancel()
-	if err := b.enterJobs(ctx); err != nil {
-		b.e.metrics.refused(b.stream, "busy", b.events)
-		b.countBusy()
-		b.releaseBuffers()
+	if err := b.enter(ctx); err != nil {
 		return 0, err
 	}
 	defer b.leaveJobs()
@@ -223,6 +226,20 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	}
 	b.e.metrics.accepted(b.stream, b.events)
 	return b.events, nil
+}
+
+// enter admits the request to its jobs (enterJobs), waiting at most
+// IngestWait, and counts a refusal.
+func (b *Batch) enter(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, b.e.cfg.IngestWait)
+	defer cancel()
+	if err := b.enterJobs(ctx); err != nil {
+		b.e.metrics.refused(b.stream, "busy", b.events)
+		b.countBusy()
+		b.releaseBuffers()
+		return err
+	}
+	return nil
 }
 
 // enterJobs admits the request to each job (rescale.go): it waits while

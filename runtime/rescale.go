@@ -62,8 +62,9 @@ func PartitionOf(key string, n int) int {
 
 // Errors of a rescale, matched with errors.Is by the api package.
 var (
-	// ErrRescaleClustered: rescaling a job of a cluster is not supported.
-	ErrRescaleClustered = errors.New("runtime: rescaling a clustered job is not supported yet")
+	// ErrRescaleClustered: Engine.Rescale of a job of a cluster (the
+	// cluster rescales it).
+	ErrRescaleClustered = errors.New("runtime: a clustered job is rescaled by its cluster, not by one engine")
 	// ErrRescalePaused: a paused job cannot drain its queues.
 	ErrRescalePaused = errors.New("runtime: the job is paused; resume it before rescaling")
 	// ErrRescaleFailed: the rescale did not happen; the job goes on with
@@ -224,7 +225,9 @@ func (j *Job) leaveIngest() {
 // until ctx ends.
 func (g *ingestGate) hold(ctx context.Context) error {
 	g.mu.Lock()
-	g.held = make(chan struct{})
+	if g.held == nil {
+		g.held = make(chan struct{})
+	}
 	var drained chan struct{}
 	if g.inflight > 0 {
 		g.drained = make(chan struct{})
@@ -357,18 +360,12 @@ func (e *Engine) rescale(ctx context.Context, name string, partitions int, reaso
 	if lin != nil && j.lineage != lin {
 		return RescaleReport{}, ErrUnknownJob // deleted, and another job took the name
 	}
-	if a := j.spec.Autoscale; a != nil && (partitions < a.Min || partitions > a.Max) {
-		return RescaleReport{}, &SpecError{"partitions", fmt.Sprintf("must be within the job's autoscale [min, max] = [%d, %d], got %d", a.Min, a.Max, partitions)}
-	}
 	from := len(j.parts)
 	if from == partitions {
 		return RescaleReport{From: from, To: from, At: time.Now(), Reason: reason}, nil
 	}
-	if _, ok := j.kind.instance().(Rescaling); !ok {
-		return RescaleReport{}, fmt.Errorf("%w: job %q is of kind %q, which cannot move its state to another partition count", ErrNotSupported, name, j.spec.Kind)
-	}
-	if j.gate.paused() {
-		return RescaleReport{}, fmt.Errorf("%w: job %q", ErrRescalePaused, name)
+	if err := j.rescalable(partitions); err != nil {
+		return RescaleReport{}, err
 	}
 	spec := j.spec
 	spec.Partitions = partitions
@@ -395,6 +392,21 @@ func (e *Engine) rescale(ctx context.Context, name string, partitions int, reaso
 		return RescaleReport{}, fmt.Errorf("%w: job %q stays at %d partitions: %v", ErrRescaleFailed, name, from, err)
 	}
 	return rep, nil
+}
+
+// rescalable refuses a rescale of j to partitions that its spec, its kind
+// or its state forbids.
+func (j *Job) rescalable(partitions int) error {
+	if a := j.spec.Autoscale; a != nil && (partitions < a.Min || partitions > a.Max) {
+		return &SpecError{"partitions", fmt.Sprintf("must be within the job's autoscale [min, max] = [%d, %d], got %d", a.Min, a.Max, partitions)}
+	}
+	if _, ok := j.kind.instance().(Rescaling); !ok {
+		return fmt.Errorf("%w: job %q is of kind %q, which cannot move its state to another partition count", ErrNotSupported, j.spec.Name, j.spec.Kind)
+	}
+	if j.gate.paused() {
+		return fmt.Errorf("%w: job %q", ErrRescalePaused, j.spec.Name)
+	}
+	return nil
 }
 
 // checkPartitions refuses a partition count a rescale may not give.
@@ -658,18 +670,7 @@ func (rs *rescale) nextGeneration() uint64 {
 func (rs *rescale) swap(nj *Job, pk *parking) {
 	old, e := rs.old, rs.e
 	nj.startPartitions()
-	e.mu.Lock()
-	e.mu.jobs[rs.spec.Name] = nj
-	for _, st := range nj.spec.Streams() {
-		readers := slices.Clone(e.mu.streams[st])
-		for i, r := range readers {
-			if r == old {
-				readers[i] = nj
-			}
-		}
-		e.mu.streams[st] = readers
-	}
-	e.mu.Unlock()
+	e.route(old, nj)
 	old.ingest.open(nj)
 	pk.unpark(true)
 	old.retire()
@@ -688,11 +689,16 @@ func (rs *rescale) finish(nj *Job) {
 		_ = e.record(nj.spec, nj.incarnation)
 	}
 	nj.elastic.record(rs.rep)
-	if msg, err := json.Marshal(RescaleMessage{Envelope{TypeRescale, rs.spec.Name, rs.rep.At.UnixMilli()}, rs.rep}); err == nil {
-		e.hub.Publish(rs.spec.Name, TypeRescale, msg)
+	e.announceRescale(rs.spec.Name, rs.rep)
+}
+
+// announceRescale sends the rescale message and logs it.
+func (e *Engine) announceRescale(name string, rep RescaleReport) {
+	if msg, err := json.Marshal(RescaleMessage{Envelope{TypeRescale, name, rep.At.UnixMilli()}, rep}); err == nil {
+		e.hub.Publish(name, TypeRescale, msg)
 	}
-	e.log.Info("job rescaled", "job", rs.spec.Name, "from", rs.rep.From, "to", rs.rep.To, "reason", rs.rep.Reason,
-		"pause_ms", rs.rep.PauseMs, "drain_ms", rs.rep.DrainMs, "backup_ms", rs.rep.BackupMs, "generation", rs.rep.Generation)
+	e.log.Info("job rescaled", "job", name, "from", rep.From, "to", rep.To, "reason", rep.Reason,
+		"pause_ms", rep.PauseMs, "drain_ms", rep.DrainMs, "backup_ms", rep.BackupMs, "generation", rep.Generation)
 }
 
 // hasRecord says whether the job is in Config.Jobs: created at run time

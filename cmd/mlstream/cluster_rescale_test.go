@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mlstream/mlstream/internal/gen"
+)
+
+// patchPartitions sends PATCH /v1/jobs/{job} {"partitions": n} to node
+// url and returns the status code and the JSON body.
+func patchPartitions(t *testing.T, url, job string, n int) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPatch, url+"/v1/jobs/"+job, bytes.NewReader(fmt.Appendf(nil, `{"partitions":%d}`, n)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body
+}
+
+// elasticOf is a job's partition count and rescale generation as node url
+// reports them.
+func elasticOf(t *testing.T, url, job string) (partitions int, generation uint64) {
+	t.Helper()
+	var st struct {
+		Partitions []struct{} `json:"partitions"`
+		Elastic    struct {
+			Generation uint64 `json:"generation"`
+		} `json:"elastic"`
+	}
+	getJob(t, url, job, &st)
+	return len(st.Partitions), st.Elastic.Generation
+}
+
+// A heavy-hitters job of three nodes is rescaled twice (6 → 3 by a PATCH
+// on one node, 3 → 8 by a PUT on another) while clients keep posting to every node:
+// every node runs the new count, and every acknowledged event is counted
+// exactly once (held requests wait or are retried; nothing is lost with
+// the old layout's streams, nothing counted twice in the new one).
+func TestClusterRescaleMovesStateWhileIngesting(t *testing.T) {
+	c := startTestCluster(t, 3)
+	putJobAt(t, c.url(0), hhSpec)
+	c.waitOwned(0, "top", 30*time.Second, "n1", "n2", "n3")
+	sent := c.postRetrying(0, 30)
+	waitTotal(t, c.url(2), "top", uint64(sent), 30*time.Second)
+
+	var posted atomic.Int64
+	posted.Store(int64(sent))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				body := clickBody(100000*(w+1)+i*50, 50)
+				if ok, err := retryingPost(t.Context(), c.url((w+i)%3), "clicks", body); !ok {
+					t.Errorf("posting during a rescale: %v", err)
+					return
+				}
+				posted.Add(50)
+			}
+		}()
+	}
+	for step, to := range []int{3, 8} {
+		node := 1 + step
+		if step == 0 {
+			if code, body := patchPartitions(t, c.url(node), "top", to); code != http.StatusOK {
+				t.Fatalf("PATCH to %d partitions on n%d: %d %v", to, node+1, code, body)
+			}
+		} else {
+			// A PUT of the spec with another partition count rescales too.
+			putJobAt(t, c.url(node), strings.Replace(hhSpec, `"partitions":6`, fmt.Sprintf(`"partitions":%d`, to), 1))
+		}
+		for i := range 3 {
+			waitUntil(t, 30*time.Second, fmt.Sprintf("n%d running top with %d partitions", i+1, to), func() bool {
+				n, gen := elasticOf(t, c.url(i), "top")
+				return n == to && gen == uint64(step+1)
+			})
+		}
+		c.waitOwned(0, "top", 30*time.Second, "n1", "n2", "n3")
+	}
+	close(stop)
+	wg.Wait()
+	for i := range 3 {
+		waitTotal(t, c.url(i), "top", uint64(posted.Load()), 60*time.Second)
+	}
+	t.Logf("%d events posted around two rescales, each counted once on every node", posted.Load())
+}
+
+// A logreg job's model moves with a rescale: the model (its updates and
+// its predictions) is the same right after as right before, on every
+// node, and it goes on learning with the new partition count.
+func TestClusterRescaleKeepsTheModel(t *testing.T) {
+	c := startTestCluster(t, 3)
+	putJobAt(t, c.url(0), spamSpec)
+	c.waitOwned(0, "spam", 30*time.Second, "n1", "n2", "n3")
+	g := gen.New(gen.Config{Seed: 9})
+	post := func(batches int) {
+		for i := range batches {
+			var body []byte
+			for range 500 {
+				ev := g.Next()
+				body = append(ev.AppendJSON(body), '\n')
+			}
+			mustPostRetrying(t, c.url(i%3), "mail", body)
+		}
+	}
+	updates := func(i int) int64 {
+		var st struct{ Model struct{ Updates int64 } }
+		getJob(t, c.url(i), "spam", &st)
+		return st.Model.Updates
+	}
+	post(12)
+	for i := range 3 {
+		waitUntil(t, 60*time.Second, "the model holding 6,000 events", func() bool { return updates(i) >= 6000 })
+	}
+	test := make([]gen.Event, 500)
+	for k := range test {
+		test[k] = g.Next()
+	}
+	before := heldOutAccuracy(t, c.url(0), test)
+	learned := updates(0)
+	if code, body := patchPartitions(t, c.url(2), "spam", 2); code != http.StatusOK {
+		t.Fatalf("PATCH: %d %v", code, body)
+	}
+	for i := range 3 {
+		waitUntil(t, 30*time.Second, "the job with 2 partitions", func() bool { n, _ := elasticOf(t, c.url(i), "spam"); return n == 2 })
+		if got := updates(i); got != learned {
+			t.Errorf("n%d: the model holds %d updates after the rescale, %d before", i+1, got, learned)
+		}
+		if acc := heldOutAccuracy(t, c.url(i), test); math.Abs(acc-before) > 1e-9 {
+			t.Errorf("n%d predicts with accuracy %.4f after the rescale, %.4f before: the model changed", i+1, acc, before)
+		}
+	}
+	waitUntil(t, 30*time.Second, "both partitions owned", func() bool {
+		o := c.owners(0, "spam")
+		return o[""] == 0 && len(o) > 0
+	})
+	post(6)
+	for i := range 3 {
+		waitUntil(t, 60*time.Second, "the model learning after the rescale", func() bool { return updates(i) >= learned+3000 })
+	}
+}
+
+// The coordinator's log lines before each step of a cluster rescale.
+var rescaleSteps = []string{
+	"rescaling job in the cluster: sealing",       // seal: ingest held on every node
+	"every node holds the job's ingest; draining", // drain
+	"rescale: drained; moving the state",          // move
+	"rescale: new layout stored; committing",      // commit
+	"job rescaled in the cluster",                 // after
+}
+
+// kill -9 of the node coordinating a rescale, as it logs each step (it
+// goes on a little before the signal lands: the kill comes during the
+// step): the survivors run the job with the partition count before the
+// rescale or after it, never another, admit requests again (a seal whose
+// coordinator died is abandoned by another node), and count every
+// acknowledged event exactly once; the killed node rejoins.
+func TestClusterKill9DuringRescale(t *testing.T) {
+	c := startTestCluster(t, 3)
+	putJobAt(t, c.url(0), hhSpec)
+	c.waitOwned(0, "top", 30*time.Second, "n1", "n2", "n3")
+	acked := c.postRetrying(0, 20)
+	current := 6
+	targets := []int{3, 7, 4, 9, 5}
+	for run, step := range rescaleSteps {
+		k := run % 3
+		survivor := (k + 1) % 3
+		logged := strings.Count(c.nodes[k].output(), step)
+		go func() {
+			req, _ := http.NewRequest(http.MethodPatch, c.url(k)+"/v1/jobs/top", bytes.NewReader(fmt.Appendf(nil, `{"partitions":%d}`, targets[run])))
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		waitUntil(t, 60*time.Second, "the coordinator logging "+step, func() bool {
+			return strings.Count(c.nodes[k].output(), step) > logged
+		})
+		kill9(t, c.nodes[k])
+		// The survivors take requests again, whichever layout won.
+		acked += mustPostRetrying(t, c.url(survivor), "clicks", clickBody(run*1000, 1000))
+		var n int
+		waitUntil(t, 60*time.Second, "the survivors agreeing on one layout", func() bool {
+			a, _ := elasticOf(t, c.url(survivor), "top")
+			b, _ := elasticOf(t, c.url((k+2)%3), "top")
+			n = a
+			return a == b
+		})
+		if n != current && n != targets[run] {
+			t.Fatalf("killed at %q: the job has %d partitions, want %d (before) or %d (after)", step, n, current, targets[run])
+		}
+		t.Logf("killed the coordinator at %q: the job has %d partitions (was %d, asked %d)", step, n, current, targets[run])
+		current = n
+		waitTotal(t, c.url(survivor), "top", uint64(acked), 60*time.Second)
+		c.restart(k)
+		waitUntil(t, 60*time.Second, "the restarted node running the layout", func() bool {
+			n, _ := elasticOf(t, c.url(k), "top")
+			return n == current
+		})
+		waitTotal(t, c.url(k), "top", uint64(acked), 60*time.Second)
+		c.waitOwned(0, "top", 60*time.Second, "n1", "n2", "n3")
+	}
+}
