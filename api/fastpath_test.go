@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	goruntime "runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 
@@ -180,7 +181,7 @@ func TestStringFastPathAllocatesNothingPerEvent(t *testing.T) {
 	// No collection meanwhile: it would empty the pools of buffers that
 	// requests reuse, and the test is about what each event costs.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	var allocated uint64
+	var allocated []uint64 // by request
 	post := func() {
 		req := httptest.NewRequest("POST", "/v1/streams/s/events", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/x-ndjson")
@@ -189,7 +190,7 @@ func TestStringFastPathAllocatesNothingPerEvent(t *testing.T) {
 		goruntime.ReadMemStats(&before)
 		ts.api.ServeHTTP(rec, req)
 		goruntime.ReadMemStats(&after)
-		allocated += after.TotalAlloc - before.TotalAlloc
+		allocated = append(allocated, after.TotalAlloc-before.TotalAlloc)
 		if rec.Code != http.StatusAccepted {
 			t.Fatalf("%d %s", rec.Code, rec.Body)
 		}
@@ -198,12 +199,17 @@ func TestStringFastPathAllocatesNothingPerEvent(t *testing.T) {
 	for range 5 { // until the pools hold what requests take
 		post()
 	}
-	allocated = 0
+	allocated = allocated[:0]
 	for range requests {
 		post()
 	}
-	if per := float64(allocated) / (events * requests); per > 4 {
-		t.Errorf("%.1f bytes allocated per event", per)
+	// The median request: a sync.Pool keeps what a partition's goroutine
+	// put back in its processor's private slot, which a request on another
+	// processor does not find, so now and then a request makes its arrays
+	// anew (~0.5 MB); an allocation per event would show in every request.
+	slices.Sort(allocated)
+	if per := float64(allocated[requests/2]) / events; per > 4 {
+		t.Errorf("%.1f bytes allocated per event (the median request's %d bytes; all: %v)", per, allocated[requests/2], allocated)
 	}
 }
 

@@ -261,11 +261,16 @@ func (p *partition) run() {
 				recs := p.shedStale(b, start)
 				p.op.process(recs, p.q.logged(b))
 				end := time.Now()
+				served := len(recs)
+				// Retired (its arrays back in their pool) before it counts
+				// as processed: whoever waits for the count finds them there.
+				p.q.done(b)
+				batches[i] = nil
 				p.processed.Add(uint64(n))
 				p.busyNs.Add(int64(end.Sub(start)))
 				// Latency is that of the events served: those shed late are
 				// counted as shed.
-				p.job.lat.observe(end.Sub(b.enqueued), len(recs))
+				p.job.lat.observe(end.Sub(b.enqueued), served)
 				// The drain rate counts the wall time since the previous batch
 				// while the queue is backlogged: coordination, pauses and CPU
 				// taken by others slow draining as much as the work does.
@@ -274,11 +279,9 @@ func (p *partition) run() {
 				if !prevEnd.IsZero() {
 					from = prevEnd
 				}
-				p.observeRate(len(recs), end.Sub(from))
+				p.observeRate(served, end.Sub(from))
 				p.observeWait(end.Sub(b.enqueued))
 				prevEnd = end
-				p.q.done(b)
-				batches[i] = nil
 				if p.group.batchDone(end.Sub(start), end) {
 					p.op.coordinate()
 					now := time.Now()
