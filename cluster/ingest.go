@@ -143,16 +143,24 @@ type lagTable struct {
 }
 
 type lagEntry struct {
-	lag int64
-	at  time.Time
+	lagReport
+	at time.Time
 }
 
 const lagEvery = 250 * time.Millisecond
 
+// lagReport is what an owner reports of a partition: how far behind it
+// is, and, for the autoscaler (autoscale.go), its work so far.
 type lagReport struct {
 	ID  string `json:"id"`
 	P   int    `json:"p"`
 	Lag int64  `json:"lag"`
+	// Offered is the events the partition's subject holds by sequence
+	// number: those handed to the partition and those not fetched yet.
+	Offered   uint64 `json:"offered"`
+	Processed uint64 `json:"processed"`
+	BusyNs    int64  `json:"busy_ns"`
+	Owner     string `json:"owner"` // node and lease token: whose counters
 }
 
 func (t *lagTable) start(n *Node) error {
@@ -175,7 +183,7 @@ func (t *lagTable) record(reps []lagReport) {
 	now := time.Now()
 	t.mu.Lock()
 	for _, r := range reps {
-		t.lags[r.ID+"."+strconv.Itoa(r.P)] = lagEntry{r.Lag, now}
+		t.lags[r.ID+"."+strconv.Itoa(r.P)] = lagEntry{r, now}
 	}
 	t.mu.Unlock()
 }
@@ -186,11 +194,7 @@ func (t *lagTable) report(n *Node) {
 	for _, st := range n.jobsList() {
 		for _, ps := range st.parts {
 			if ps.owned.Load() {
-				lag := ps.lag.Load()
-				if st.job != nil {
-					lag = max(lag, st.job.Depth(ps.p))
-				}
-				reps = append(reps, lagReport{st.id, ps.p, lag})
+				reps = append(reps, ps.report())
 			}
 		}
 	}
@@ -198,6 +202,36 @@ func (t *lagTable) report(n *Node) {
 		data, _ := json.Marshal(reps)
 		_ = n.nc.Publish(lagSubject, data)
 	}
+}
+
+// report is the owner's lagReport of the partition.
+func (ps *partState) report() lagReport {
+	r := lagReport{ID: ps.st.id, P: ps.p, Lag: ps.lag.Load(),
+		Owner: ps.st.n.cfg.Node + "/" + strconv.FormatUint(ps.token.Load(), 10)}
+	if j := ps.st.job; j != nil {
+		r.Lag = max(r.Lag, j.Depth(ps.p))
+		r.Offered = j.NextSeq(ps.p) - 1 + uint64(max(ps.unfetched.Load(), 0))
+		load := j.PartitionLoad(ps.p)
+		r.Processed, r.BusyNs = load.Processed, int64(load.Busy)
+	}
+	return r
+}
+
+// latest is the fresh reports of partitions 0..n-1 of job id (ok false
+// when one is missing or stale).
+func (t *lagTable) latest(id string, n int) ([]lagReport, bool) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]lagReport, n)
+	for p := range n {
+		e, ok := t.lags[id+"."+strconv.Itoa(p)]
+		if !ok || now.Sub(e.at) >= 4*lagEvery {
+			return nil, false
+		}
+		out[p] = e.lagReport
+	}
+	return out, true
 }
 
 func (t *lagTable) check(st *jobState, parts [][]runtime.Record, maxLag int64) error {
@@ -209,9 +243,9 @@ func (t *lagTable) check(st *jobState, parts [][]runtime.Record, maxLag int64) e
 			continue
 		}
 		e, ok := t.lags[st.id+"."+strconv.Itoa(p)]
-		if ok && now.Sub(e.at) < 4*lagEvery && e.lag > maxLag {
+		if ok && now.Sub(e.at) < 4*lagEvery && e.Lag > maxLag {
 			return fmt.Errorf("%w: partition %d of job %q is %d events behind (more than --cluster-max-lag %d)",
-				runtime.ErrBusy, p, st.name(), e.lag, maxLag)
+				runtime.ErrBusy, p, st.name(), e.Lag, maxLag)
 		}
 	}
 	return nil

@@ -36,6 +36,9 @@ type partState struct {
 	// lag is the events the owner is behind: queued here plus those the
 	// consumer has not fetched.
 	lag atomic.Int64
+	// unfetched is the events of the partition's subject the owner has not
+	// fetched yet (estimated from the size of the last message).
+	unfetched atomic.Int64
 	// viewRev is the state entry revision last installed as a view.
 	viewRev atomic.Uint64
 	// viewRec is the events the installed view holds (GET /v1/cluster).
@@ -569,7 +572,8 @@ func (ps *partState) deliver(r *ownerRun, msg jetstream.Msg, md *jetstream.MsgMe
 		*skip = 0
 	}
 	n := len(logged.Recs)
-	ps.lag.Store(int64(md.NumPending)*int64(max(n, 1)) + ps.st.job.Depth(ps.p))
+	ps.unfetched.Store(int64(md.NumPending) * int64(max(n, 1)))
+	ps.lag.Store(ps.unfetched.Load() + ps.st.job.Depth(ps.p))
 	if n == 0 {
 		logged.Release()
 		return msg.Ack()

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"encoding/json"
+	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -32,6 +33,9 @@ type NodeRates struct {
 	Forwarded float64 `json:"forwarded_per_s"`
 	// Owned is how many partitions (global units included) the node owns.
 	Owned int `json:"owned_partitions"`
+	// Cores is the node's GOMAXPROCS: the autoscaler caps a job at the
+	// live nodes' cores.
+	Cores int `json:"cores"`
 	// AgeMs is the time since this node received them.
 	AgeMs int64 `json:"age_ms"`
 }
@@ -174,7 +178,7 @@ func (r *rates) sample(now time.Time) rateSample {
 // owned under the same token at both samples.
 func (s rateSample) ratesSince(prev rateSample) NodeRates {
 	dt := s.at.Sub(prev.at).Seconds()
-	nr := NodeRates{Owned: s.owned}
+	nr := NodeRates{Owned: s.owned, Cores: goruntime.GOMAXPROCS(0)}
 	if dt <= 0 {
 		return nr
 	}

@@ -55,6 +55,12 @@ type rescaleMark struct {
 // runtime.Engine.Rescale's, and runtime.ErrRescaling while another
 // rescale of the job is under way.
 func (n *Node) Rescale(ctx context.Context, name string, partitions int, reason string) (runtime.RescaleReport, error) {
+	return n.rescale(ctx, name, partitions, reason, nil)
+}
+
+// rescale is Rescale, which the autoscaler's decision d (nil: none) asked
+// for.
+func (n *Node) rescale(ctx context.Context, name string, partitions int, reason string, d *runtime.AutoscaleDecision) (runtime.RescaleReport, error) {
 	spec, err := n.engine.CheckRescale(name, partitions)
 	if err != nil {
 		return runtime.RescaleReport{}, err
@@ -74,7 +80,7 @@ func (n *Node) Rescale(ctx context.Context, name string, partitions int, reason 
 		return runtime.RescaleReport{}, fmt.Errorf("%w: job %q (to %d partitions, by node %s)", runtime.ErrRescaling, name, rec.Rescale.To, rec.Rescale.By)
 	}
 	r := &clusterRescale{n: n, old: rec, rev: rev, spec: spec, rep: runtime.RescaleReport{From: rec.Spec.Partitions, To: partitions,
-		At: time.Now(), Reason: reason, Generation: rec.Generation + 1}}
+		At: time.Now(), Reason: reason, Generation: rec.Generation + 1, Decision: d}}
 	if err := r.run(ctx); err != nil {
 		n.log.Warn("rescale failed: the job goes on with its partitions", "job", name, "from", r.rep.From, "to", partitions, "err", err)
 		var se *runtime.SpecError

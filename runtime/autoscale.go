@@ -103,6 +103,11 @@ type AutoscaleDecision struct {
 	PartitionRates []float64 `json:"partition_rates,omitempty"`
 	Utilization    float64   `json:"utilization"`
 	Needed         float64   `json:"needed"`
+	// Cores is, in a cluster, the cores of its live nodes: the count is
+	// capped there, and NeedsNode says that the cluster as a whole needs
+	// another node (more partitions are needed than it has cores).
+	Cores     int  `json:"cores,omitempty"`
+	NeedsNode bool `json:"needs_node,omitempty"`
 	// Error is why the rescale decided failed (the job kept its count).
 	Error string `json:"error,omitempty"`
 }
@@ -125,12 +130,15 @@ type autoscaler struct {
 	spec     AutoscaleSpec
 	cooldown time.Duration
 	maxParts int // the effective max
+	// cores is, in a cluster, the cores of its live nodes (0 single-node:
+	// maxParts holds GOMAXPROCS's cap).
+	cores    int
 	stop     chan struct{}
 	stopOnce sync.Once
 
 	tickMu sync.Mutex // serialises ticks
 	mu     sync.Mutex // guards the fields below, never held over a rescale
-	last   loadSample
+	last   LoadSample
 	// work is the events and busy time of the last rateWindow measures
 	// with any: the true rate is theirs, steadier than one measure's.
 	work      []workDone
@@ -138,23 +146,41 @@ type autoscaler struct {
 	decisions []AutoscaleDecision
 }
 
-// loadSample is what a decision measures from.
-type loadSample struct {
-	job       *Job // the layout measured: busy times compare within one
-	at        time.Time
-	offered   uint64 // accepted + refused as busy
-	processed uint64
-	parts     []partLoad // per partition, of the job at the time
+// LoadSample is what an autoscaler's decision measures from: the events a
+// job was offered so far and its partitions' work. The engine measures
+// its own jobs; a cluster measures its jobs across its nodes
+// (ClusterAutoscaling).
+type LoadSample struct {
+	At time.Time
+	// Layout names the job's layout measured (a rescale makes another):
+	// busy times compare only within one layout.
+	Layout any
+	// Offered counts the events offered to the job so far (accepted, and
+	// refused as busy); it compares across layouts when OfferedSpansLayouts.
+	Offered             uint64
+	OfferedSpansLayouts bool
+	Parts               []PartLoad // by partition
 }
 
-type partLoad struct {
-	processed uint64
-	busy      time.Duration
+// PartLoad is a partition's work so far.
+type PartLoad struct {
+	Processed uint64
+	Busy      time.Duration
+	// Source names whose counters these are (in a cluster, the owner's
+	// node and lease): a partition's work compares only within one source.
+	Source string
 }
 
-func newAutoscaler(spec AutoscaleSpec, maxPartitions int) *autoscaler {
+// newAutoscaler is the autoscaler of spec: capped at the process's cores,
+// or in a cluster (clustered) at its live nodes' cores, which it learns
+// at each decision.
+func newAutoscaler(spec AutoscaleSpec, maxPartitions int, clustered bool) *autoscaler {
 	cd, _ := time.ParseDuration(spec.Cooldown) // checked by validate
-	return &autoscaler{spec: spec, cooldown: cd, maxParts: min(spec.Max, maxPartitions, goruntime.GOMAXPROCS(0)), stop: make(chan struct{})}
+	maxParts := min(spec.Max, maxPartitions)
+	if !clustered {
+		maxParts = min(maxParts, goruntime.GOMAXPROCS(0))
+	}
+	return &autoscaler{spec: spec, cooldown: cd, maxParts: maxParts, stop: make(chan struct{})}
 }
 
 // lastDecision is the newest decision (ok false: none yet).
@@ -170,7 +196,7 @@ func (a *autoscaler) lastDecision() (d AutoscaleDecision, ok bool) {
 func (a *autoscaler) status() *AutoscaleStatus {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return &AutoscaleStatus{Min: a.spec.Min, Max: a.spec.Max, EffectiveMax: a.maxParts, TargetUtilization: a.spec.TargetUtilization,
+	return &AutoscaleStatus{Min: a.spec.Min, Max: a.spec.Max, EffectiveMax: a.effectiveMax(), TargetUtilization: a.spec.TargetUtilization,
 		Cooldown: a.spec.Cooldown, Decisions: slices.Clone(a.decisions)}
 }
 
@@ -183,13 +209,21 @@ func (a *autoscaler) halt() { a.stopOnce.Do(func() { close(a.stop) }) }
 func (j *Job) offered() uint64 { return j.accepted.Load() + j.refusedBusy.Load() }
 
 // measure reads the job's counters.
-func (j *Job) measure(now time.Time) loadSample {
-	s := loadSample{job: j, at: now, offered: j.offered(), processed: j.processed()}
+func (j *Job) measure(now time.Time) LoadSample {
+	s := LoadSample{At: now, Layout: j, Offered: j.offered(), OfferedSpansLayouts: true}
 	for _, p := range j.parts {
-		s.parts = append(s.parts, partLoad{processed: p.processed.Load(), busy: time.Duration(p.busyNs.Load())})
+		s.Parts = append(s.Parts, partLoad(p))
 	}
 	return s
 }
+
+func partLoad(p *partition) PartLoad {
+	return PartLoad{Processed: p.processed.Load(), Busy: time.Duration(p.busyNs.Load())}
+}
+
+// PartitionLoad is partition p's work so far on this node: a cluster's
+// LoadSample is made of its owners'.
+func (j *Job) PartitionLoad(p int) PartLoad { return partLoad(j.parts[p]) }
 
 // workDone is the events processed in some busy time.
 type workDone struct {
@@ -223,18 +257,26 @@ func (a *autoscaler) trueRate(w workDone) float64 {
 	return float64(sum.events) / sum.busy.Seconds()
 }
 
-// rates compares two samples of one job layout: the input rate, the
-// work done (none across layouts) and each partition's true rate.
-func rates(prev, cur loadSample) (input float64, work workDone, perPart []float64) {
-	dt := cur.at.Sub(prev.at).Seconds()
-	if dt > 0 {
-		input = float64(cur.offered-prev.offered) / dt
+// rates compares two samples: the input rate (unknown, ok false, across
+// layouts whose offered counts do not compare), the work done (none
+// across layouts) and each partition's true rate.
+func rates(prev, cur LoadSample) (input float64, ok bool, work workDone, perPart []float64) {
+	sameLayout := prev.Layout == cur.Layout
+	if !sameLayout && !cur.OfferedSpansLayouts {
+		return 0, false, work, nil
 	}
-	if prev.job != cur.job {
-		return input, work, nil // another layout: no busy time to compare
+	if dt := cur.At.Sub(prev.At).Seconds(); dt > 0 {
+		input = float64(cur.Offered-prev.Offered) / dt
 	}
-	for i, p := range cur.parts {
-		e, b := p.processed-prev.parts[i].processed, p.busy-prev.parts[i].busy
+	if !sameLayout {
+		return input, true, work, nil // no busy time to compare
+	}
+	for i, p := range cur.Parts {
+		if i >= len(prev.Parts) || prev.Parts[i].Source != p.Source {
+			perPart = append(perPart, 0)
+			continue
+		}
+		e, b := p.Processed-prev.Parts[i].Processed, p.Busy-prev.Parts[i].Busy
 		work.events += e
 		work.busy += b
 		r := 0.0
@@ -243,7 +285,7 @@ func rates(prev, cur loadSample) (input float64, work workDone, perPart []float6
 		}
 		perPart = append(perPart, r)
 	}
-	return input, work, perPart
+	return input, true, work, perPart
 }
 
 // decide is the autoscaler's rule (see the package comment of this file):
@@ -260,6 +302,13 @@ func (a *autoscaler) decide(now time.Time, n int, input, trueRate float64) Autos
 	up := a.clamp(math.Ceil(d.Needed))
 	down := a.clamp(math.Ceil(d.Needed * (1 + autoscaleHysteresis)))
 	why := fmt.Sprintf("input %.0f/s at %.0f/s per partition needs %.2f partitions for utilization %.2f", input, trueRate, d.Needed, target)
+	if a.cores > 0 {
+		d.Cores = a.cores
+		if math.Ceil(d.Needed) > float64(a.cores) && a.cores < min(a.spec.Max, a.maxParts) {
+			d.NeedsNode = true
+			why += fmt.Sprintf("; the cluster's nodes have %d cores: it needs another node", a.cores)
+		}
+	}
 	switch {
 	case up > n:
 		d.Target, d.Action = up, "up"
@@ -278,12 +327,26 @@ func (a *autoscaler) decide(now time.Time, n int, input, trueRate float64) Autos
 	return d
 }
 
-func (a *autoscaler) clamp(x float64) int {
-	return int(min(max(x, float64(a.spec.Min)), float64(a.maxParts)))
+// effectiveMax is the most partitions it gives: the spec's max, capped
+// at --max-partitions and the cores (of the process, or of a cluster's
+// live nodes). Called with mu held.
+func (a *autoscaler) effectiveMax() int {
+	if a.cores > 0 {
+		return max(min(a.maxParts, a.cores), a.spec.Min)
+	}
+	return a.maxParts
 }
 
-// record keeps a decision for the status.
+func (a *autoscaler) clamp(x float64) int {
+	return int(min(max(x, float64(a.spec.Min)), float64(a.effectiveMax())))
+}
+
+// record keeps a decision for the status (once: a cluster's deciding
+// node learns it also from the rescale it asked for).
 func (a *autoscaler) record(d AutoscaleDecision) {
+	if n := len(a.decisions); n > 0 && a.decisions[n-1].At.Equal(d.At) && a.decisions[n-1].Target == d.Target {
+		return
+	}
 	a.decisions = append(a.decisions, d)
 	if len(a.decisions) > keepDecisions {
 		a.decisions = slices.Delete(a.decisions, 0, len(a.decisions)-keepDecisions)
@@ -314,50 +377,105 @@ func (e *Engine) autoscaleTick(ctx context.Context, lin *lineage, name string, n
 	if err != nil || j.lineage != lin {
 		return AutoscaleDecision{}, ErrUnknownJob
 	}
-	d, act := a.measureAndDecide(j, now)
+	cur := j.measure(now)
+	ca, clustered := e.cfg.Cluster.(ClusterAutoscaling)
+	if clustered {
+		var decides bool
+		if cur, decides = ca.AutoscaleSample(j, now); !decides {
+			return AutoscaleDecision{At: now, Partitions: len(j.parts), Target: len(j.parts), Action: "hold", Reason: "another node decides"}, nil
+		}
+		a.setCores(ca.Cores())
+	}
+	d, act := a.measureAndDecide(len(j.parts), cur)
 	if act {
 		// Without a.mu: a rescale takes a while, and the status reads it.
-		_, err = e.rescale(ctx, name, d.Target, "autoscale "+d.Action+": "+d.Reason, lin, &d)
+		reason := "autoscale " + d.Action + ": " + d.Reason
+		if clustered {
+			_, err = ca.RescaleDecided(ctx, name, d.Target, reason, &d)
+		} else {
+			_, err = e.rescale(ctx, name, d.Target, reason, lin, &d)
+		}
 		if err != nil {
 			d.Error = err.Error()
 			d.Target, d.Action = d.Partitions, "hold"
 		}
 	}
-	var nj *Job
+	var after *LoadSample
 	if act && err == nil {
-		nj, _ = e.Job(name)
+		after = &LoadSample{} // a cluster's new layout measures from its next tick
+		if nj, err := e.Job(name); err == nil && !clustered {
+			*after = nj.measure(now)
+		}
 	}
-	a.done(d, nj, now)
+	a.done(d, after, now)
 	return d, nil
 }
 
-// measureAndDecide measures j at now against the last measure and
-// decides; act says a rescale is wanted. The first call only measures.
-func (a *autoscaler) measureAndDecide(j *Job, now time.Time) (d AutoscaleDecision, act bool) {
+// ClusterAutoscaling is a Cluster whose jobs' autoscalers decide from the
+// whole cluster: one node measures each job across the nodes and
+// decides for it, capped at the cores of the cluster's live nodes, and
+// the cluster rescales it.
+type ClusterAutoscaling interface {
+	// AutoscaleSample measures job j across the cluster at now; decides
+	// is false on every node but the one that decides for j.
+	AutoscaleSample(j *Job, now time.Time) (s LoadSample, decides bool)
+	// Cores is the cores of the cluster's live nodes.
+	Cores() int
+	// RescaleDecided rescales the named job as the autoscaler decided (d).
+	RescaleDecided(ctx context.Context, name string, partitions int, reason string, d *AutoscaleDecision) (RescaleReport, error)
+}
+
+func (a *autoscaler) setCores(n int) {
+	a.mu.Lock()
+	a.cores = n
+	a.mu.Unlock()
+}
+
+// measureAndDecide decides for a job of n partitions from its measure
+// cur against the last one; act says a rescale is wanted. The first
+// measure (and the first of a layout whose offered count starts anew)
+// only measures.
+func (a *autoscaler) measureAndDecide(n int, cur LoadSample) (d AutoscaleDecision, act bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	cur := j.measure(now)
 	prev := a.last
 	a.last = cur
-	if prev.at.IsZero() {
-		return AutoscaleDecision{At: now, Partitions: len(j.parts), Target: len(j.parts), Action: "hold", Reason: "first measure"}, false
+	if prev.At.IsZero() {
+		return AutoscaleDecision{At: cur.At, Partitions: n, Target: n, Action: "hold", Reason: "first measure"}, false
 	}
-	input, work, perPart := rates(prev, cur)
-	d = a.decide(now, len(j.parts), input, a.trueRate(work))
+	input, ok, work, perPart := rates(prev, cur)
+	if !ok {
+		return AutoscaleDecision{At: cur.At, Partitions: n, Target: n, Action: "hold", Reason: "first measure of the new layout"}, false
+	}
+	d = a.decide(cur.At, n, input, a.trueRate(work))
 	d.PartitionRates = perPart
 	return d, d.Action != "hold"
 }
 
-// done records decision d; rescaled, when not nil, is the job after the
-// rescale d asked for, whose busy times start from zero.
-func (a *autoscaler) done(d AutoscaleDecision, rescaled *Job, now time.Time) {
+// done records decision d; after, when not nil, is the measure of the
+// job after the rescale d asked for, whose busy times start from zero.
+func (a *autoscaler) done(d AutoscaleDecision, after *LoadSample, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if rescaled != nil {
+	if after != nil {
 		a.rescaled = now
-		a.last = rescaled.measure(now)
+		a.last = *after
 	}
 	a.record(d)
+}
+
+// rescaledBy notes a rescale of the job (by another node of a cluster,
+// whose autoscaler this one may succeed): the cool-down counts from it,
+// and the decision that asked for it, if any, is in the status.
+func (a *autoscaler) rescaledBy(rep RescaleReport) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if rep.At.After(a.rescaled) {
+		a.rescaled = rep.At
+	}
+	if rep.Decision != nil {
+		a.record(*rep.Decision)
+	}
 }
 
 // autoscaler is the job's autoscaler, nil without one.
@@ -373,7 +491,7 @@ func (e *Engine) startAutoscaler(j *Job) {
 	if j.spec.Autoscale == nil {
 		return
 	}
-	a := newAutoscaler(*j.spec.Autoscale, e.cfg.MaxPartitions)
+	a := newAutoscaler(*j.spec.Autoscale, e.cfg.MaxPartitions, e.cfg.Cluster != nil)
 	j.elastic.mu.Lock()
 	j.elastic.auto = a
 	j.elastic.mu.Unlock()

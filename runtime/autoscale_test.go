@@ -11,7 +11,7 @@ import (
 // The rule alone, on given rates: up at once, down only past the
 // hysteresis, never within the cool-down, within [min, effective max].
 func TestAutoscaleDecide(t *testing.T) {
-	a := newAutoscaler(AutoscaleSpec{Min: 2, Max: 64, TargetUtilization: 0.5, Cooldown: "30s"}, 6)
+	a := newAutoscaler(AutoscaleSpec{Min: 2, Max: 64, TargetUtilization: 0.5, Cooldown: "30s"}, 6, false)
 	if want := min(6, goruntime.GOMAXPROCS(0)); a.maxParts != want {
 		t.Fatalf("effective max %d, want %d (max, --max-partitions and GOMAXPROCS)", a.maxParts, want)
 	}
@@ -45,6 +45,43 @@ func TestAutoscaleDecide(t *testing.T) {
 			t.Errorf("n %d input %v rate %v since %v: %s to %d (%s), want %s to %d (%q)", c.n, c.input, c.rate, c.since,
 				d.Action, d.Target, d.Reason, c.action, c.target, c.reasonContains)
 		}
+	}
+}
+
+// In a cluster the count is capped at the cores of its live nodes, not
+// at the process's, and a decision that needs more says that the cluster
+// needs another node.
+func TestAutoscaleDecideInACluster(t *testing.T) {
+	a := newAutoscaler(AutoscaleSpec{Min: 1, Max: 64, TargetUtilization: 0.5, Cooldown: "0s"}, 256, true)
+	if a.maxParts != 64 {
+		t.Fatalf("effective max %d before the cluster's cores are known, want 64 (not GOMAXPROCS)", a.maxParts)
+	}
+	a.setCores(6)
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		n           int
+		input, rate float64
+		action      string
+		target      int
+		needsNode   bool
+	}{
+		{2, 2500, 1000, "up", 5, false},   // needs 5 of 6 cores
+		{2, 3000, 1000, "up", 6, false},   // needs 6: all of them
+		{2, 10000, 1000, "up", 6, true},   // needs 20: capped at 6, and says so
+		{6, 10000, 1000, "hold", 6, true}, // at the cap, still short
+		{6, 100, 1000, "down", 1, false},
+	} {
+		d := a.decide(t0, c.n, c.input, c.rate)
+		if d.Action != c.action || d.Target != c.target || d.NeedsNode != c.needsNode || d.Cores != 6 {
+			t.Errorf("n %d input %v: %s to %d, needs node %v, cores %d (%s); want %s to %d, needs node %v",
+				c.n, c.input, d.Action, d.Target, d.NeedsNode, d.Cores, d.Reason, c.action, c.target, c.needsNode)
+		}
+		if c.needsNode && !strings.Contains(d.Reason, "needs another node") {
+			t.Errorf("the reason does not say so: %s", d.Reason)
+		}
+	}
+	if st := a.status(); st.EffectiveMax != 6 {
+		t.Errorf("effective max in the status %d, want the cluster's 6 cores", st.EffectiveMax)
 	}
 }
 

@@ -173,14 +173,19 @@ func (e *Engine) ReplaceJob(ctx context.Context, spec Spec, rep RescaleReport) e
 	}
 	e.route(old, nj)
 	old.ingest.open(nj)
-	e.stopJob(old)
+	// Stopped, but not its autoscaler: the lineage's goes on with nj.
+	old.stop()
+	e.cfg.Cluster.Detach(old)
 	rep.Processed = nj.processedBase
 	nj.elastic.mu.Lock()
 	nj.elastic.generation = rep.Generation
+	a := nj.elastic.auto
 	nj.elastic.mu.Unlock()
 	nj.elastic.record(rep)
+	if a != nil {
+		a.rescaledBy(rep)
+	}
 	e.announceRescale(spec.Name, rep)
-	e.startAutoscaler(nj)
 	return nil
 }
 

@@ -214,7 +214,12 @@ func (e *Engine) checkMode(spec Spec) error {
 	case spec.Spread != nil && clustered:
 		return &SpecError{"spread", "not supported in cluster mode yet: a retried request must split over the partitions as its first attempt did"}
 	case spec.Autoscale != nil && clustered:
-		return &SpecError{"autoscale", "not supported in cluster mode yet: a clustered job cannot be rescaled"}
+		if _, ok := e.cfg.Cluster.(ClusterAutoscaling); !ok {
+			return &SpecError{"autoscale", "this cluster cannot rescale its jobs"}
+		}
+		if spec.FT.Mode == ft.ModeNone {
+			return &SpecError{"autoscale", "in cluster mode the autoscaler rescales the job, which moves its backed-up state: set ft.mode approx or exact"}
+		}
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ type metrics struct {
 	processed, depth, capacity, shed, latency, wsDropped, wsClients *prometheus.Desc
 	groupSize, groupOverhead, heldBack                              *prometheus.Desc
 
-	partitions, rescales, rescalePause, autoTarget, autoInput, autoTrueRate, autoUtilization, imbalance *prometheus.Desc
+	partitions, rescales, rescalePause, autoTarget, autoInput, autoTrueRate, autoUtilization, autoNeedsNode, imbalance *prometheus.Desc
 
 	ftDivergence, ftThreshold, ftPending, ftUnacked, ftItemLog, ftBackups, ftBackupBytes, ftFailures, ftWorst, ftPromise, ftLost *prometheus.Desc
 }
@@ -50,6 +50,7 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 		autoInput:       prometheus.NewDesc("mlstream_autoscale_input_rate", "Events offered per second at the autoscaler's last decision.", []string{"job"}, nil),
 		autoTrueRate:    prometheus.NewDesc("mlstream_autoscale_true_rate", "Events a partition processes per busy second, at the autoscaler's last decision.", []string{"job"}, nil),
 		autoUtilization: prometheus.NewDesc("mlstream_autoscale_utilization", "Input rate over partitions times true rate, at the autoscaler's last decision.", []string{"job"}, nil),
+		autoNeedsNode:   prometheus.NewDesc("mlstream_autoscale_needs_node", "1 when the autoscaler's last decision found that the cluster needs another node (more partitions needed than its live nodes have cores), else 0.", []string{"job"}, nil),
 		imbalance:       prometheus.NewDesc("mlstream_job_partition_imbalance", "Busiest partition's recent load over the mean load (1 = even).", []string{"job"}, nil),
 
 		ftDivergence:  prometheus.NewDesc("mlstream_ft_divergence", "State divergence from the last backup, in the kind's unit.", []string{"job"}, nil),
@@ -122,7 +123,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.wsClients, m.wsDropped,
 		m.groupSize, m.groupOverhead, m.heldBack,
-		m.partitions, m.rescales, m.rescalePause, m.autoTarget, m.autoInput, m.autoTrueRate, m.autoUtilization, m.imbalance,
+		m.partitions, m.rescales, m.rescalePause, m.autoTarget, m.autoInput, m.autoTrueRate, m.autoUtilization, m.autoNeedsNode, m.imbalance,
 		m.ftDivergence, m.ftThreshold, m.ftPending, m.ftUnacked, m.ftItemLog, m.ftBackups, m.ftBackupBytes, m.ftFailures, m.ftWorst, m.ftPromise, m.ftLost} {
 		ch <- d
 	}
@@ -237,5 +238,10 @@ func (m *metrics) collectElastic(ch chan<- prometheus.Metric, j *Job) {
 		gauge(m.autoInput, d.InputRate)
 		gauge(m.autoTrueRate, d.TrueRate)
 		gauge(m.autoUtilization, d.Utilization)
+		needs := 0.0
+		if d.NeedsNode {
+			needs = 1
+		}
+		gauge(m.autoNeedsNode, needs)
 	}
 }

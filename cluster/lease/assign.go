@@ -17,17 +17,45 @@ import (
 // "clicks.p3") are spread first, each node taking at most ⌈group size/n⌉ of a
 // group while that is possible.
 func Assign(keys, nodes []string) map[string]string {
+	return AssignWeighted(keys, nodes, nil)
+}
+
+// AssignWeighted is Assign with each node's share of the keys, and of each
+// group, in proportion to its weight (its cores): node i gets
+// ⌊k·wᵢ/W⌋ keys or one more. A nil weight, or a weight below 1 for any
+// node (one that does not say), weighs every node the same.
+func AssignWeighted(keys, nodes []string, weight func(node string) int) map[string]string {
 	out := make(map[string]string, len(keys))
 	if len(nodes) == 0 || len(keys) == 0 {
 		return out
 	}
 	keys = sortedUnique(keys)
 	nodes = sortedUnique(nodes)
-	b := newBalancer(keys, nodes)
+	b := newBalancer(keys, nodes, weightsOf(nodes, weight))
 	pairs := rankPairs(keys, nodes)
 	b.place(pairs, out, true)
 	b.place(pairs, out, false)
 	return out
+}
+
+// weightsOf is each node's weight: all 1 unless every node has one.
+func weightsOf(nodes []string, weight func(string) int) map[string]int {
+	w := make(map[string]int, len(nodes))
+	for _, n := range nodes {
+		w[n] = 1
+	}
+	if weight == nil {
+		return w
+	}
+	for _, n := range nodes {
+		if weight(n) < 1 {
+			return w
+		}
+	}
+	for _, n := range nodes {
+		w[n] = weight(n)
+	}
+	return w
 }
 
 func sortedUnique(s []string) []string {
@@ -74,42 +102,56 @@ func rankPairs(keys, nodes []string) []pair {
 
 // balancer tracks how many keys each node has taken so far.
 type balancer struct {
-	floor, extra int // each node takes floor keys, extra of them one more
-	extrasUsed   int
-	count        map[string]int
-	groupCap     map[string]int // group → ⌈size/n⌉
-	groupCount   map[[2]string]int
+	floor      map[string]int // each node takes its floor, extra nodes one more
+	extra      int
+	extrasUsed int
+	count      map[string]int
+	weight     map[string]int
+	total      int            // of the weights
+	groupSize  map[string]int // group → keys
+	groupCount map[[2]string]int
 }
 
-func newBalancer(keys, nodes []string) *balancer {
-	n := len(nodes)
+func newBalancer(keys, nodes []string, weight map[string]int) *balancer {
 	b := &balancer{
-		floor:      len(keys) / n,
-		extra:      len(keys) % n,
-		count:      make(map[string]int, n),
-		groupCap:   make(map[string]int),
+		floor:      make(map[string]int, len(nodes)),
+		count:      make(map[string]int, len(nodes)),
+		weight:     weight,
+		groupSize:  make(map[string]int),
 		groupCount: make(map[[2]string]int),
 	}
-	sizes := make(map[string]int)
-	for _, k := range keys {
-		sizes[group(k)]++
+	for _, n := range nodes {
+		b.total += weight[n]
 	}
-	for g, size := range sizes {
-		b.groupCap[g] = (size + n - 1) / n
+	placed := 0
+	for _, n := range nodes {
+		b.floor[n] = len(keys) * weight[n] / b.total
+		placed += b.floor[n]
+	}
+	b.extra = len(keys) - placed
+	for _, k := range keys {
+		b.groupSize[group(k)]++
 	}
 	return b
 }
 
+// groupCap is the most keys of group g node may take while groups are
+// spread: its share of the group, rounded up.
+func (b *balancer) groupCap(g, node string) int {
+	return (b.groupSize[g]*b.weight[node] + b.total - 1) / b.total
+}
+
 func (b *balancer) fits(p pair, spreadGroups bool) bool {
-	if spreadGroups && b.groupCount[[2]string{group(p.key), p.node}] >= b.groupCap[group(p.key)] {
+	g := group(p.key)
+	if spreadGroups && b.groupCount[[2]string{g, p.node}] >= b.groupCap(g, p.node) {
 		return false
 	}
-	c := b.count[p.node]
-	return c < b.floor || (c == b.floor && b.extrasUsed < b.extra)
+	c, f := b.count[p.node], b.floor[p.node]
+	return c < f || (c == f && b.extrasUsed < b.extra)
 }
 
 func (b *balancer) take(p pair) {
-	if b.count[p.node] == b.floor {
+	if b.count[p.node] == b.floor[p.node] {
 		b.extrasUsed++
 	}
 	b.count[p.node]++

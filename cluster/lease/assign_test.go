@@ -75,3 +75,36 @@ func TestAssignFewerKeysThanNodes(t *testing.T) {
 		t.Error("Assign with no keys or no nodes should be empty")
 	}
 }
+
+// Keys go to nodes in proportion to their cores: a node of 4 cores takes
+// twice the keys of one of 2, of all keys and of each job; a node that
+// does not say its cores makes every node weigh the same.
+func TestAssignWeightedByCores(t *testing.T) {
+	var keys []string
+	for j := range 3 {
+		for p := range 8 {
+			keys = append(keys, fmt.Sprintf("job%d.p%d", j, p))
+		}
+	}
+	cores := map[string]int{"a": 4, "b": 2, "c": 2}
+	got := AssignWeighted(keys, []string{"a", "b", "c"}, func(n string) int { return cores[n] })
+	perNode := map[string]int{}
+	perJob := map[[2]string]int{}
+	for k, n := range got {
+		perNode[n]++
+		perJob[[2]string{group(k), n}]++
+	}
+	if perNode["a"] != 12 || perNode["b"] != 6 || perNode["c"] != 6 {
+		t.Errorf("keys per node %v, want a 12, b 6, c 6 (cores 4, 2, 2)", perNode)
+	}
+	for jn, c := range perJob {
+		if want := 8 * cores[jn[1]] / 8; c != want {
+			t.Errorf("node %s has %d keys of %s, want %d", jn[1], c, jn[0], want)
+		}
+	}
+	cores["c"] = 0 // an older node
+	even := AssignWeighted(keys, []string{"a", "b", "c"}, func(n string) int { return cores[n] })
+	if !maps.Equal(even, Assign(keys, []string{"a", "b", "c"})) {
+		t.Error("with a node that does not say its cores, the assignment is not the even one")
+	}
+}

@@ -45,6 +45,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	goruntime "runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -74,6 +75,9 @@ type Config struct {
 	// heartbeat lapsed (it was cut off) publishes it again only once Ready,
 	// so that it gets keys only when it can serve them.
 	Ready func() bool
+	// Cores weighs this node's share of the keys (AssignWeighted); 0 or
+	// less: GOMAXPROCS.
+	Cores int
 }
 
 // Handler learns what this node owns. Its calls for one key come in order on
@@ -104,6 +108,9 @@ type NodeInfo struct {
 	Addr     string    `json:"addr"`
 	Started  time.Time `json:"started"`
 	LastSeen time.Time `json:"last_seen"` // server time of its last heartbeat
+	// Cores weighs its share of the keys (0: an older node that does not
+	// say; then every node weighs the same).
+	Cores int `json:"cores,omitempty"`
 }
 
 // heartbeat is the value of a node's key in mls_nodes.
@@ -111,6 +118,7 @@ type heartbeat struct {
 	Node    string    `json:"node"`
 	Addr    string    `json:"addr"`
 	Started time.Time `json:"started"`
+	Cores   int       `json:"cores,omitempty"`
 }
 
 // leaseValue is the value of a key in mls_leases. Token 0 (the value
@@ -224,6 +232,9 @@ func (c *Config) fill() error {
 	}
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
+	}
+	if c.Cores <= 0 {
+		c.Cores = goruntime.GOMAXPROCS(0)
 	}
 	if c.TTL < MinTTL {
 		return fmt.Errorf("lease: TTL %v below the minimum %v", c.TTL, MinTTL)
@@ -343,7 +354,7 @@ func (m *Manager) Nodes() []NodeInfo {
 		}
 		var hb heartbeat
 		_ = json.Unmarshal(e.value, &hb) // a bad value still means the node is alive
-		out = append(out, NodeInfo{Name: name, Addr: hb.Addr, Started: hb.Started, LastSeen: e.created})
+		out = append(out, NodeInfo{Name: name, Addr: hb.Addr, Started: hb.Started, LastSeen: e.created, Cores: hb.Cores})
 	}
 	slices.SortFunc(out, func(a, b NodeInfo) int { return cmpString(a.Name, b.Name) })
 	return out

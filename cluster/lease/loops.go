@@ -83,7 +83,7 @@ func (m *Manager) heartbeat() {
 }
 
 func (m *Manager) putHeartbeat(ctx context.Context) (uint64, error) {
-	b, _ := json.Marshal(heartbeat{Node: m.cfg.Node, Addr: m.cfg.Addr, Started: m.started})
+	b, _ := json.Marshal(heartbeat{Node: m.cfg.Node, Addr: m.cfg.Addr, Started: m.started, Cores: m.cfg.Cores})
 	c, cancel := context.WithTimeout(ctx, m.ttl/3)
 	defer cancel()
 	rev, err := m.nodesKV.Put(c, m.cfg.Node, b)
@@ -241,6 +241,16 @@ func (m *Manager) reconcile() {
 	}
 }
 
+// coresLocked is a live node's cores, as its heartbeat says (0: it does
+// not say).
+func (m *Manager) coresLocked(node string) int {
+	var hb heartbeat
+	if e, ok := m.nodes.m[node]; ok && json.Unmarshal(e.value, &hb) == nil {
+		return hb.Cores
+	}
+	return 0
+}
+
 func (m *Manager) plan() plan {
 	now := time.Now()
 	m.mu.Lock()
@@ -249,7 +259,7 @@ func (m *Manager) plan() plan {
 		m.nodes.expire(now)
 	}
 	m.leases.expire(now)
-	desired := Assign(m.keys, slices.Collect(maps.Keys(m.nodes.m)))
+	desired := AssignWeighted(m.keys, slices.Collect(maps.Keys(m.nodes.m)), m.coresLocked)
 	m.loseExpiredLocked(now)
 	m.startReleasesLocked(desired)
 	if m.closing {

@@ -222,3 +222,65 @@ func TestClusterKill9DuringRescale(t *testing.T) {
 		c.waitOwned(0, "top", 60*time.Second, "n1", "n2", "n3")
 	}
 }
+
+// The autoscaler of a clustered job: one node (the owner of partition 0)
+// measures the job across the nodes and decides; with a trickle of
+// events on 4 partitions it scales the job down to its min on every node,
+// the decision (with the cluster's cores) in every node's status, and
+// every acknowledged event counted once.
+func TestClusterAutoscalerScalesDown(t *testing.T) {
+	c := startTestCluster(t, 3, "--autoscale-interval", "300ms")
+	putJobAt(t, c.url(0), `{"name":"auto","kind":"heavy_hitters","input":"clicks","partitions":4,"params":{"field":"item"},
+		"autoscale":{"min":1,"max":8,"cooldown":"1s"}}`)
+	var posted atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond): // a trickle: the input rate is what is tested
+			}
+			if ok, err := retryingPost(t.Context(), c.url(i%3), "clicks", clickBody(i*20, 20)); !ok {
+				t.Errorf("posting: %v", err)
+				return
+			}
+			posted.Add(20)
+		}
+	}()
+	for i := range 3 {
+		waitUntil(t, 90*time.Second, fmt.Sprintf("n%d running the job with 1 partition", i+1), func() bool {
+			n, _ := elasticOf(t, c.url(i), "auto")
+			return n == 1
+		})
+	}
+	close(stop)
+	<-done
+	for i := range 3 {
+		var st struct {
+			Elastic struct {
+				Last []struct {
+					From, To int
+					Reason   string
+					Decision *struct {
+						Action string
+						Cores  int
+					}
+				}
+			}
+		}
+		getJob(t, c.url(i), "auto", &st)
+		if len(st.Elastic.Last) == 0 {
+			t.Fatalf("n%d: no rescale in the status", i+1)
+		}
+		last := st.Elastic.Last[len(st.Elastic.Last)-1]
+		if last.To != 1 || last.Decision == nil || last.Decision.Action != "down" || last.Decision.Cores < 3 {
+			t.Errorf("n%d: the last rescale %+v (decision %+v), want the autoscaler's down to 1 with the cluster's cores", i+1, last, last.Decision)
+		}
+	}
+	for i := range 3 {
+		waitTotal(t, c.url(i), "auto", uint64(posted.Load()), 60*time.Second)
+	}
+}
