@@ -29,6 +29,9 @@ type Learner struct {
 	// inFlight holds, for a shared learner, the updates sent and not yet
 	// in the model: part of its view until ClearInFlight.
 	inFlight deltaMap
+	// noFirstScale (tests only) sends every event with a first-seen slot
+	// to collect, the path before firstScale.
+	noFirstScale bool
 }
 
 // item is one active coordinate of the event being learned.
@@ -73,7 +76,8 @@ func (l *Learner) Predict(feats []Feature) float64 {
 // once and computes its weight; the update pass writes the entries by index.
 // An entry is thus added for every active coordinate, also one whose
 // gradient turns out to be exactly 0 (only possible by underflow); it holds
-// zero deltas and syncs as a no-op. When a scale must grow, scan gives up
+// zero deltas and syncs as a no-op. When a scale must grow (beyond a
+// first-seen slot's first one, which scan sets), scan gives up
 // and collect runs instead, which grows every scale of the event before any
 // weight is read.
 //
@@ -161,7 +165,8 @@ func (l *Learner) undo(items []item) {
 // first): slot, input in the optimizer's units (x/s if adaptive) and, if
 // the slot's delta entry is in its home position, its index (else
 // noEntry). It returns ok = false, with the buffer in an unspecified state,
-// if a coordinate's adaptive scale must grow. Its loads of each
+// if a coordinate's adaptive scale must grow, unless the slot was never
+// seen (firstScale sets its first scale). Its loads of each
 // coordinate's global slot and delta home take the event's cache misses
 // many at a time: this loop is short, its iterations are independent, and
 // the out-of-order core runs several of them ahead. (An entry, once added,
@@ -190,8 +195,13 @@ func (l *Learner) scan(feats []Feature) (items []item, ok bool) {
 				v = sqrtTail(v)
 			}
 			slot := f.Hash & mask
-			inv := math.Float64frombits(atomic.LoadUint64(&state[slot*stride+offInv]))
-			if inv == 0 || math.Abs(v)*inv > 1 {
+			p := &state[slot*stride+offInv]
+			inv := math.Float64frombits(atomic.LoadUint64(p))
+			if inv == 0 {
+				if inv = l.firstScale(p, v); inv == 0 {
+					return items, false
+				}
+			} else if math.Abs(v)*inv > 1 {
 				return items, false
 			}
 			it := &items[n]
@@ -218,6 +228,29 @@ func (l *Learner) scan(feats []Feature) (items []item, ok bool) {
 		l.touch = touch // keeps the loads
 	}
 	return items[:n], true
+}
+
+// firstScale sets the scale of a slot never seen before (its word at p,
+// 1/s, is 0) to |v|, as collect's growScale would, and returns the new
+// 1/|v|; or it returns 0 when scan must give up to collect after all: a
+// shared learner leaves the model's scales alone, and a learner that lost
+// the race for the word to another one must go by the scale that one set.
+// A vocabulary that keeps growing brings a first-seen slot every few
+// events (1 M events over 100k words: 47k of them), and giving up to
+// collect walks the event again and looks each of its delta entries up by
+// probing. The outcome is collect's: no weight is read before every scale
+// of the event is final (an event whose other scales must grow still gives
+// up, and collect's growScale finds the scales set here in place), and
+// growScale's first scale of a slot rescales nothing.
+func (l *Learner) firstScale(p *uint64, v float64) float64 {
+	if l.shared || l.noFirstScale {
+		return 0
+	}
+	inv := 1 / math.Abs(v)
+	if !atomic.CompareAndSwapUint64(p, 0, math.Float64bits(inv)) {
+		return 0
+	}
+	return inv
 }
 
 // noEntry marks an item whose delta entry is not known yet.
