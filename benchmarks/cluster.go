@@ -62,7 +62,7 @@ func lrJobSpec() client.JobSpec {
 // for "cluster", else those named "cluster-<part>".
 func clusterParts(want map[string]bool) map[string]bool {
 	parts := map[string]bool{}
-	for _, p := range []string{"ingest", "failover", "accuracy"} {
+	for _, p := range []string{"ingest", "failover", "accuracy", "rescale"} {
 		if want["cluster"] || want["cluster-"+p] {
 			parts[p] = true
 		}
@@ -87,6 +87,9 @@ func clusterTables(bin string, quick bool, parts map[string]bool) {
 	}
 	if parts["accuracy"] {
 		clusterAccuracy(bin, kills, quick)
+	}
+	if parts["rescale"] {
+		clusterRescale(bin, 2*reps)
 	}
 }
 

@@ -71,12 +71,18 @@ type Elastic struct {
 // Rescale is one change of a job's partition count (also the rescale
 // WebSocket message's): Reason is "api" or the autoscaler's.
 type Rescale struct {
-	From       int       `json:"from"`
-	To         int       `json:"to"`
-	At         time.Time `json:"at"`
-	Reason     string    `json:"reason"`
-	PauseMs    float64   `json:"pause_ms"`
-	Generation uint64    `json:"generation"`
+	From    int       `json:"from"`
+	To      int       `json:"to"`
+	At      time.Time `json:"at"`
+	Reason  string    `json:"reason"`
+	PauseMs float64   `json:"pause_ms"`
+	// DrainMs, MoveMs and BackupMs are parts of the pause: the queues (a
+	// cluster: the partitions' backups) catching up, the state moving,
+	// the new layout's state written.
+	DrainMs    float64 `json:"drain_ms"`
+	MoveMs     float64 `json:"move_ms"`
+	BackupMs   float64 `json:"backup_ms"`
+	Generation uint64  `json:"generation"`
 }
 
 // JobStatus is a job's live status (Job, Jobs, PutJob, stats messages).

@@ -56,3 +56,23 @@ func (n *Node) Cores() int {
 func (n *Node) RescaleDecided(ctx context.Context, name string, partitions int, reason string, d *runtime.AutoscaleDecision) (runtime.RescaleReport, error) {
 	return n.rescale(ctx, name, partitions, reason, d)
 }
+
+var _ runtime.ClusterLoads = (*Node)(nil)
+
+// Routed is runtime.ClusterLoads's: each partition's events offered, as
+// its owner last reported them.
+func (n *Node) Routed(j *runtime.Job) ([]uint64, bool) {
+	st := n.job(j.Name())
+	if st == nil || st.job != j {
+		return nil, false
+	}
+	reps, ok := n.lags.latest(st.id, len(st.parts))
+	if !ok {
+		return nil, false
+	}
+	out := make([]uint64, len(reps))
+	for p, r := range reps {
+		out[p] = r.Offered
+	}
+	return out, true
+}

@@ -22,6 +22,8 @@ type Job struct {
 	*lineage
 
 	rr atomic.Uint64 // round-robin cursor for events without a key
+	// cluster is the engine's Cluster (nil single-node).
+	cluster Cluster
 	// featsPerEvent is the mean feature count of the last request, to
 	// size the next one's buffers.
 	featsPerEvent atomic.Int64
@@ -140,7 +142,7 @@ func newJobIn(spec Spec, hub *Hub, cfg *Config, slot int, lin *lineage) (*Job, e
 	if _, ok := k.instance().(Rescaling); spec.Autoscale != nil && !ok {
 		return nil, &SpecError{"autoscale", fmt.Sprintf("kind %s cannot move its state to another partition count", spec.Kind)}
 	}
-	j := &Job{spec: spec, kind: k, lineage: lin, slot: slot}
+	j := &Job{spec: spec, kind: k, lineage: lin, slot: slot, cluster: cfg.Cluster}
 	if spec.Spread != nil {
 		j.keys.above = spec.Spread.Above
 	}

@@ -187,12 +187,34 @@ type loadMeter struct {
 	loads  []float64
 }
 
-// sampleLoads takes one measure of the partitions' loads.
-func (j *Job) sampleLoads(now time.Time) {
+// routed is the events routed to each partition so far: processed or
+// queued here, or, in a cluster that knows them (ClusterLoads), by every
+// partition's owner.
+func (j *Job) routed() []uint64 {
+	if cl, ok := j.cluster.(ClusterLoads); ok {
+		if routed, ok := cl.Routed(j); ok {
+			return routed
+		}
+	}
 	routed := make([]uint64, len(j.parts))
 	for i, p := range j.parts {
 		routed[i] = p.processed.Load() + uint64(max(p.q.depth.Load(), 0))
 	}
+	return routed
+}
+
+// ClusterLoads is a Cluster that knows how many events each partition of
+// a job was routed (by its owner's counts): a job's skew then shows the
+// whole cluster's, not this node's.
+type ClusterLoads interface {
+	// Routed is the events routed to each partition of j so far (ok
+	// false when not known for every partition).
+	Routed(j *Job) (routed []uint64, ok bool)
+}
+
+// sampleLoads takes one measure of the partitions' loads.
+func (j *Job) sampleLoads(now time.Time) {
+	routed := j.routed()
 	m := &j.loads
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -220,8 +242,6 @@ func (j *Job) skew() *SkewStatus {
 	}
 	st.HotKeys = j.keys.top(len(j.parts))
 	st.Spread = j.keys.spreadStatus()
-	for _, p := range j.parts {
-		st.Events = append(st.Events, p.processed.Load()+uint64(max(p.q.depth.Load(), 0)))
-	}
+	st.Events = j.routed()
 	return st
 }
