@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -531,52 +532,64 @@ func TestStoreRetention(t *testing.T) {
 	}
 }
 
-// TestStoreReusesChainFiles: retention empties an old chain file and keeps
-// it as the spare instead of deleting it, and the next full backup takes
-// it (a rename, not a file creation); a spare left with old backups in it
+// TestStoreReusesChainFiles: a key's first chain comes with two empty
+// spare files, which the next full backups take (a rename, not a file
+// creation), and retention empties old chain files and keeps them as
+// spares instead of deleting them; a spare left with old backups in it
 // reads as a damaged chain, never as backups of the new one.
 func TestStoreReusesChainFiles(t *testing.T) {
 	dir := t.TempDir()
 	s := openTestStore(t, dir)
 	key := Key{"j", 0}
-	for i := 1; i <= 3; i++ {
-		put(t, s, key, true, 10*i)
-		put(t, s, key, false, 10*i+1)
+	spares := func() (fis []os.FileInfo) {
+		t.Helper()
+		for _, name := range spareNames {
+			fi, err := os.Stat(filepath.Join(key.dir(dir), name))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil || fi.Size() != 0 {
+				t.Fatalf("spare %s: %v, %v", name, fi, err)
+			}
+			fis = append(fis, fi)
+		}
+		if len(fis) == 0 {
+			t.Fatal("no spare")
+		}
+		return fis
 	}
-	spare := filepath.Join(key.dir(dir), spareName)
-	fi, err := os.Stat(spare)
-	if err != nil || fi.Size() != 0 {
-		t.Fatalf("spare after the third chain: %v, %v", fi, err)
-	}
-	m := put(t, s, key, true, 40)
-	taken, err := os.Stat(chainPath(s, key, m.Index))
-	if err != nil || !os.SameFile(fi, taken) {
-		t.Fatalf("the fourth chain's file is not the spare: %v", err)
-	}
-	// The first chain became the spare again.
-	if _, err := os.Stat(spare); err != nil {
-		t.Fatal(err)
+	put(t, s, key, true, 10)
+	for i := 2; i <= 6; i++ {
+		before := spares()
+		put(t, s, key, false, 10*i-9)
+		m := put(t, s, key, true, 10*i)
+		taken, err := os.Stat(chainPath(s, key, m.Index))
+		if err != nil || !slices.ContainsFunc(before, func(fi os.FileInfo) bool { return os.SameFile(fi, taken) }) {
+			t.Fatalf("chain %d: its file is no spare: %v", i, err)
+		}
 	}
 	if n, _ := s.Usage(key); n != 3 {
-		t.Errorf("Usage %d, want 3 (the spare is not counted)", n)
+		t.Errorf("Usage %d, want 3 (spares are not counted)", n)
 	}
-	put(t, s, key, false, 41)
+	put(t, s, key, false, 61)
 	chain, skipped, _ := openTestStore(t, dir).Chain(key)
-	if got := chainString(t, chain); got != "full-40 delta-41" || len(skipped) != 0 {
+	if got := chainString(t, chain); got != "full-60 delta-61" || len(skipped) != 0 {
 		t.Fatalf("chain %q %v", got, skipped)
 	}
 	// A spare holding backups (not emptied, by hand) taken by the next
 	// chain, and a crash before its full backup is written: the chain
 	// reads as damaged, and the chain before it is used.
-	if err := os.WriteFile(spare, mustReadFile(t, chainPath(s, key, m.Index)), 0o644); err != nil {
+	spare := filepath.Join(key.dir(dir), spareNames[0])
+	last := chain[0].Meta.Index
+	if err := os.WriteFile(spare, mustReadFile(t, chainPath(s, key, last)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s2 := openTestStore(t, dir)
-	if err := os.Rename(spare, filepath.Join(key.dir(dir), chainName(m.Index+5))); err != nil {
+	if err := os.Rename(spare, filepath.Join(key.dir(dir), chainName(last+5))); err != nil {
 		t.Fatal(err)
 	}
 	chain, skipped, _ = s2.Chain(key)
-	if got := chainString(t, chain); got != "full-40 delta-41" || len(skipped) != 1 {
+	if got := chainString(t, chain); got != "full-60 delta-61" || len(skipped) != 1 {
 		t.Fatalf("chain %q %v", got, skipped)
 	}
 }
