@@ -29,9 +29,11 @@ func (p *Summary[S, W]) ProcessRecords(recs []runtime.Record, logged bool, add f
 	slack := p.slack(p.Sketch.StateDivergence(), logged)
 	for i := range recs {
 		r := &recs[i]
-		p.Observe(r, logged)
+		// An event moves the divergence by at most n, and is one more
+		// event at risk.
+		n := max(p.observe(r, logged), 1)
 		closed := add(r)
-		if slack -= moves(r); slack >= 0 && !closed {
+		if slack -= n; slack >= 0 && !closed {
 			continue
 		}
 		div := p.Sketch.StateDivergence()
@@ -46,13 +48,7 @@ func (p *Summary[S, W]) ProcessRecords(recs []runtime.Record, logged bool, add f
 	p.Check(0, true)
 }
 
-// moves is the most record r can move a summary's divergence, at least 1
-// (it is also one more event at risk).
-func moves(r *runtime.Record) int64 {
-	return int64(max(len(r.Values)+len(r.Features), 1)) * int64(max(r.Value, 1))
-}
-
-// slack is how much divergence, counted as moves does, the next events
+// slack is how much divergence, counted as observe does, the next events
 // may add before due could say yes: the room below the divergence and the
 // events at risk the unit has said are no reason to back up. Negative or
 // 0: check after the next event.
