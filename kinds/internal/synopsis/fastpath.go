@@ -30,10 +30,11 @@ func (p *Summary[S, W]) ProcessRecords(recs []runtime.Record, logged bool, add f
 	for i := range recs {
 		r := &recs[i]
 		// An event moves the divergence by at most n, and is one more
-		// event at risk.
-		n := max(p.observe(r, logged), 1)
+		// event at risk: an event of no values (n = 0), or of a weight n
+		// cannot hold, is checked at once.
+		n := p.observe(r, logged)
 		closed := add(r)
-		if slack -= n; slack >= 0 && !closed {
+		if slack -= n; n > 0 && slack >= 0 && !closed {
 			continue
 		}
 		div := p.Sketch.StateDivergence()
