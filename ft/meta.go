@@ -165,13 +165,22 @@ func RemoveJobFile(root, job, name string) error {
 }
 
 // SeqMark is a partition's high-water mark of the sequence numbers it has
-// handed out, <root>/<job>/<partition>/seq, rewritten in place (one small
-// write, no fsync) every time it moves: after a crash, the events between
-// what the state and the item log hold and the mark are the ones lost.
+// handed out, <root>/<job>/<partition>/seq, rewritten in place (no fsync)
+// every time it moves: after a crash, the events between what the state
+// and the item log hold and the mark are the ones lost. Once a write has
+// given the file its length, later writes store into a shared mapping of
+// it (where the platform has one): the page cache has them as it has a
+// write's bytes, without a system call per request. The file must not be
+// truncated while it is open.
 // Not safe for concurrent use.
 type SeqMark struct {
 	f   *os.File
 	buf [markLen]byte
+	// mem is the file's first markLen bytes mapped, after the first
+	// write; nil before, or where it cannot be mapped.
+	mem []byte
+	// unmappable is set once mapping failed: writes stay writes.
+	unmappable bool
 }
 
 // OpenSeqMark opens (creating it if needed) the sequence mark of key.
@@ -233,18 +242,50 @@ func (m *SeqMark) Read() (uint64, error) {
 	return binary.LittleEndian.Uint64(b2[5:13]), nil
 }
 
-// Write sets the mark to seq with one write at the start of the file. It
-// survives the process being killed (the operating system has it), not
-// necessarily a power cut; a write torn by one fails the checksum.
+// Write sets the mark to seq at the start of the file. It survives the
+// process being killed (the operating system has it), not necessarily a
+// power cut; a write torn by one (or, in the mapping, by a kill within
+// the nanoseconds of the store) fails the checksum.
 func (m *SeqMark) Write(seq uint64) error {
 	b := m.buf[:0]
 	b = append(b, markMagic...)
 	b = append(b, markVersion)
 	b = binary.LittleEndian.AppendUint64(b, seq)
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-	_, err := m.f.WriteAt(b, 0)
-	return err
+	if m.mem != nil {
+		copy(m.mem, b)
+		return nil
+	}
+	if _, err := m.f.WriteAt(b, 0); err != nil {
+		return err
+	}
+	m.mapFile()
+	return nil
 }
 
-// Close closes the file.
-func (m *SeqMark) Close() error { return m.f.Close() }
+// mapFile maps the mark once a write has made it whole: a file of exactly
+// markLen bytes (a longer, damaged one keeps being written, and read as
+// damaged). Failing to map only leaves the writes as they were.
+func (m *SeqMark) mapFile() {
+	if m.unmappable {
+		return
+	}
+	if fi, err := m.f.Stat(); err != nil || fi.Size() != markLen {
+		return
+	}
+	mem, err := mapMark(m.f)
+	if err != nil {
+		m.unmappable = true
+		return
+	}
+	m.mem = mem
+}
+
+// Close unmaps and closes the file.
+func (m *SeqMark) Close() error {
+	if m.mem != nil {
+		_ = unmapMark(m.mem)
+		m.mem = nil
+	}
+	return m.f.Close()
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -528,6 +529,68 @@ func TestStoreRetention(t *testing.T) {
 	chain, _, _ := s.Chain(key)
 	if got := chainString(t, chain); got != "full-297 delta-298 delta-299" {
 		t.Errorf("fallback chain %q", got)
+	}
+}
+
+// TestStoreReusesChainFiles: a key's first chain comes with two empty
+// spare files, which the next full backups take (a rename, not a file
+// creation), and retention empties old chain files and keeps them as
+// spares instead of deleting them; a spare left with old backups in it
+// reads as a damaged chain, never as backups of the new one.
+func TestStoreReusesChainFiles(t *testing.T) {
+	dir := t.TempDir()
+	s := openTestStore(t, dir)
+	key := Key{"j", 0}
+	spares := func() (fis []os.FileInfo) {
+		t.Helper()
+		for _, name := range spareNames {
+			fi, err := os.Stat(filepath.Join(key.dir(dir), name))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil || fi.Size() != 0 {
+				t.Fatalf("spare %s: %v, %v", name, fi, err)
+			}
+			fis = append(fis, fi)
+		}
+		if len(fis) == 0 {
+			t.Fatal("no spare")
+		}
+		return fis
+	}
+	put(t, s, key, true, 10)
+	for i := 2; i <= 6; i++ {
+		before := spares()
+		put(t, s, key, false, 10*i-9)
+		m := put(t, s, key, true, 10*i)
+		taken, err := os.Stat(chainPath(s, key, m.Index))
+		if err != nil || !slices.ContainsFunc(before, func(fi os.FileInfo) bool { return os.SameFile(fi, taken) }) {
+			t.Fatalf("chain %d: its file is no spare: %v", i, err)
+		}
+	}
+	if n, _ := s.Usage(key); n != 3 {
+		t.Errorf("Usage %d, want 3 (spares are not counted)", n)
+	}
+	put(t, s, key, false, 61)
+	chain, skipped, _ := openTestStore(t, dir).Chain(key)
+	if got := chainString(t, chain); got != "full-60 delta-61" || len(skipped) != 0 {
+		t.Fatalf("chain %q %v", got, skipped)
+	}
+	// A spare holding backups (not emptied, by hand) taken by the next
+	// chain, and a crash before its full backup is written: the chain
+	// reads as damaged, and the chain before it is used.
+	spare := filepath.Join(key.dir(dir), spareNames[0])
+	last := chain[0].Meta.Index
+	if err := os.WriteFile(spare, mustReadFile(t, chainPath(s, key, last)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openTestStore(t, dir)
+	if err := os.Rename(spare, filepath.Join(key.dir(dir), chainName(last+5))); err != nil {
+		t.Fatal(err)
+	}
+	chain, skipped, _ = s2.Chain(key)
+	if got := chainString(t, chain); got != "full-60 delta-61" || len(skipped) != 1 {
+		t.Fatalf("chain %q %v", got, skipped)
 	}
 }
 

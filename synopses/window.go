@@ -50,8 +50,10 @@ type windows[S ft.Stateful] struct {
 	blankS   S
 	hasBlank bool
 	clone    func(S) S
-	merge    func(dst, src S)
-	widen    func(S, uint64)
+	// view copies a summary for reading only (copies), clone when nil.
+	view  func(S) S
+	merge func(dst, src S)
+	widen func(S, uint64)
 
 	// scratch and state are backup's buffers, reused.
 	scratch []byte
@@ -148,20 +150,26 @@ func (w *windows[S]) empty() S {
 	return s
 }
 
-func (w *windows[S]) current() (Span, S) {
+func (w *windows[S]) current() (Span, S) { return w.currentBy(w.clone) }
+
+// currentBy is current with the copy made by cp.
+func (w *windows[S]) currentBy(cp func(S) S) (Span, S) {
 	if w.cur == nil {
 		return Span{}, w.empty()
 	}
-	return w.span(w.cur.idx), w.clone(w.cur.s)
+	return w.span(w.cur.idx), cp(w.cur.s)
 }
 
-func (w *windows[S]) last() (Span, S) {
+func (w *windows[S]) last() (Span, S) { return w.lastBy(w.clone) }
+
+// lastBy is last with the copy made by cp.
+func (w *windows[S]) lastBy(cp func(S) S) (Span, S) {
 	if w.cur == nil {
 		return Span{}, w.blank()
 	}
 	idx := w.cur.idx - 1
 	if n := len(w.closed); n > 0 && w.closed[n-1].idx == idx {
-		return w.span(idx), w.clone(w.closed[n-1].s)
+		return w.span(idx), cp(w.closed[n-1].s)
 	}
 	return w.span(idx), w.blank()
 }
@@ -387,8 +395,12 @@ type Window[S any] struct {
 // it always is over the whole stream): a copy fewer, for callers that only
 // read the copies.
 func (w *windows[S]) copies() (cur, last, all Window[S]) {
-	cur.Span, cur.Sum = w.current()
-	last.Span, last.Sum = w.last()
+	cp := w.clone
+	if w.view != nil {
+		cp = w.view
+	}
+	cur.Span, cur.Sum = w.currentBy(cp)
+	last.Span, last.Sum = w.lastBy(cp)
 	if w.cur != nil && len(w.closed) == 0 {
 		return cur, last, cur
 	}
@@ -417,6 +429,7 @@ func NewWindowedHH(counters int, size time.Duration, keep int) *WindowedHH {
 		keep:  max(keep, 0),
 		newS:  func() *HeavyHitters { return NewHeavyHitters(counters) },
 		clone: (*HeavyHitters).Clone,
+		view:  (*HeavyHitters).viewCopy,
 		merge: (*HeavyHitters).Merge,
 		widen: (*HeavyHitters).Widen,
 	}}
@@ -440,7 +453,8 @@ func (h *WindowedHH) Current() (Span, *HeavyHitters) { return h.w.current() }
 
 // Windows returns Current, Last and All at once, for callers that only read
 // them: All is then Current's copy itself while the current window is the
-// only one.
+// only one, and the copies leave out what only updates and backups use
+// (Get on them scans the counters; Update must not be called on them).
 func (h *WindowedHH) Windows() (current, last, all Window[*HeavyHitters]) { return h.w.copies() }
 
 // Last is a copy of the window just before the current one (empty if it had
@@ -535,7 +549,8 @@ func (d *WindowedDistinct) Current() (Span, *Distinct) { return d.w.current() }
 
 // Windows returns Current, Last and All at once, for callers that only read
 // them: All is then Current's copy itself while the current window is the
-// only one.
+// only one, and the copies leave out what only updates and backups use
+// (Get on them scans the counters; Update must not be called on them).
 func (d *WindowedDistinct) Windows() (current, last, all Window[*Distinct]) { return d.w.copies() }
 
 // Last is a copy of the window before the current one.

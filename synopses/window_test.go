@@ -257,3 +257,31 @@ func TestWindowsCopies(t *testing.T) {
 		t.Fatal("several windows: all is the current window's copy")
 	}
 }
+
+// The copies Windows makes for queries leave out the index and the backup
+// bookkeeping, and answer like a full copy: Get (tracked, evicted and
+// never seen items) and as a Merge source.
+func TestWindowsCopiesAreLight(t *testing.T) {
+	h := NewWindowedHH(10, time.Duration(1<<62), 3)
+	for i := range 500 {
+		h.Update(keyNames[(i*i)%len(keyNames)], uint64(1+i%3), int64(i))
+	}
+	cur, _, _ := h.Windows()
+	_, full := h.Current()
+	if cur.Sum.index.words != nil || cur.Sum.pos != nil || cur.Sum.dirty != nil {
+		t.Fatal("the query copy carries the index or the bookkeeping")
+	}
+	for _, k := range append(slices.Clone(keyNames), "never") {
+		got, ok := cur.Sum.Get(k)
+		want, wok := full.Get(k)
+		if got != want || ok != wok {
+			t.Fatalf("Get(%q) = %+v %t, want %+v %t", k, got, ok, want, wok)
+		}
+	}
+	a, b := NewHeavyHitters(10), NewHeavyHitters(10)
+	a.Merge(cur.Sum)
+	b.Merge(full)
+	if !slices.Equal(a.Items(), b.Items()) || a.MaxUntracked() != b.MaxUntracked() {
+		t.Fatalf("merged %v, want %v", a.Items(), b.Items())
+	}
+}

@@ -54,6 +54,17 @@ func waitProcessed(t *testing.T, j *runtime.Job, n uint64) runtime.JobStatus {
 	}
 }
 
+// A job's first full backups (one per partition) are stored when PutJob
+// returns: its start pays for them and for its chain files, not its first
+// events, and the failure count is stored before any event is taken.
+func TestFirstBackupsStoredAtStart(t *testing.T) {
+	e, j := newJob(t, 2, runtime.FTSpec{Mode: ft.ModeApprox})
+	defer e.Close(context.Background())
+	if b := j.Status(false).FT.Backups; b.Full != 2 || b.Delta != 0 || b.StoredCount != 2 {
+		t.Fatalf("backups at start: %+v, want 2 full ones stored", b)
+	}
+}
+
 // Backups on divergence hold to the event however few times the partition
 // asks its unit: with Θ = 10 on one partition (θ = Θ/2 = 5) and one item,
 // the divergence passes θ at every 6th event, and 1,200 events in requests

@@ -166,18 +166,24 @@ type Part struct {
 
 // Observe records one processed event; after it, Check tells fault
 // tolerance when a backup may be due.
-func (s *Part) Observe(r *runtime.Record, logged bool) {
+func (s *Part) Observe(r *runtime.Record, logged bool) { s.observe(r, logged) }
+
+// observe is Observe, and returns the most r can move a summary (its
+// values times its weight).
+func (s *Part) observe(r *runtime.Record, logged bool) int64 {
 	s.lastSeq = r.Seq
 	s.dirty = true
 	// α: the most one event moves a summary; an event kept by load
 	// shedding counts with its weight (Value).
-	if n := int64(len(r.Values)+len(r.Features)) * int64(max(r.Value, 1)); n > s.maxVals.Load() { // Features: hashed values
+	n := int64(len(r.Values)+len(r.Features)) * int64(max(r.Value, 1)) // Features: hashed values
+	if n > s.maxVals.Load() {
 		s.maxVals.Store(n)
 	}
 	s.pending++
 	if !logged {
 		s.unlogged++
 	}
+	return n
 }
 
 // WindowEnded backs the summary up at a window's end, as AF-Stream backs
