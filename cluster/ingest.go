@@ -38,6 +38,12 @@ func (n *Node) Publish(ctx context.Context, j *runtime.Job, parts [][]runtime.Re
 	if st == nil || st.job != j {
 		return fmt.Errorf("%w: job %q is not ready on this node yet", runtime.ErrBusy, j.Name())
 	}
+	if st.seal.wanted.Load() {
+		// Sealed for a rescale, and this request got past the hold (it
+		// was admitted before, or the node started the job meanwhile):
+		// nothing of it may reach the old streams after their drain.
+		return fmt.Errorf("%w: job %q is being rescaled", runtime.ErrBusy, j.Name())
+	}
 	if err := n.lags.check(st, parts, n.cfg.MaxLag); err != nil {
 		return err
 	}

@@ -373,6 +373,7 @@ func (n *Node) applyJob(e jetstream.KeyValueEntry) {
 		n.stopJob(name)
 	}
 	st := newJobState(n, rec)
+	st.followSeal(rec.Rescale != nil) // started during a rescale: held once it runs
 	n.mu.Lock()
 	n.mu.jobs[name] = st
 	n.mu.Unlock()
