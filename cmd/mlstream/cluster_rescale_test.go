@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,10 +101,32 @@ func TestClusterRescaleMovesStateWhileIngesting(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	// Requests without an Idempotency-Key to one node start at the job's
+	// next partition each: 16 of them reach all 8.
+	for range 16 {
+		resp, err := http.Post(c.url(0)+"/v1/streams/clicks/events", "application/x-ndjson", bytes.NewReader(clickBody(0, 10)))
+		if err != nil || resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post: %v %v", err, resp)
+		}
+		resp.Body.Close()
+		posted.Add(10)
+	}
 	for i := range 3 {
 		waitTotal(t, c.url(i), "top", uint64(posted.Load()), 60*time.Second)
 	}
 	t.Logf("%d events posted around two rescales, each counted once on every node", posted.Load())
+	// Every node's skew is the cluster's: events routed to each partition
+	// as its owner reports them, not only those this node owns.
+	for i := range 3 {
+		waitUntil(t, 10*time.Second, fmt.Sprintf("n%d's skew counting every partition's events", i+1), func() bool {
+			var st struct {
+				Elastic struct{ Skew struct{ Events []uint64 } }
+			}
+			getJob(t, c.url(i), "top", &st)
+			ev := st.Elastic.Skew.Events
+			return len(ev) == 8 && !slices.Contains(ev, 0)
+		})
+	}
 }
 
 // A logreg job's model moves with a rescale: the model (its updates and
