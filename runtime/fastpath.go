@@ -142,15 +142,3 @@ func (b *Batch) AddBytes(ev []byte) bool {
 	b.events++
 	return true
 }
-
-// FeatureMark is where the next record's features start (AddFeature).
-func (a *Arena) FeatureMark() int { return len(a.feats) }
-
-// AddFeature appends one feature to those being built; FeaturesSince
-// returns those added since mark (FeatureMark).
-func (a *Arena) AddFeature(f learners.Feature) { a.feats = append(a.feats, f) }
-
-// FeaturesSince are the features added since mark, for Record.Features.
-func (a *Arena) FeaturesSince(mark int) []learners.Feature {
-	return a.feats[mark:len(a.feats):len(a.feats)]
-}

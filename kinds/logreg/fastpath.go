@@ -3,7 +3,6 @@ package logreg
 import (
 	"math"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/mlstream/mlstream/learners"
 	"github.com/mlstream/mlstream/runtime"
 )
@@ -46,10 +45,11 @@ type rawField struct {
 }
 
 // rawEvent is what one fast extraction found: the scalar fields the job
-// reads, and whether the features came.
+// reads, and the features if read (hasFeatures).
 type rawEvent struct {
 	key, ts, label, id rawField
-	features           bool
+	features           []learners.Feature
+	hasFeatures        bool
 }
 
 // ExtractBytes is Extract of the event whose JSON text is ev, for the
@@ -61,11 +61,10 @@ func (j *logregJob) ExtractBytes(ev []byte, rec *runtime.Record, a *runtime.Aren
 	var s runtime.RawScan
 	s.Reset(ev)
 	var e rawEvent
-	mark := a.FeatureMark()
-	if !s.Take('{') || !j.scanMembers(&s, &e, a) || !s.End() || !e.features {
+	if !s.Take('{') || !j.scanMembers(&s, &e, a) || !s.End() || !e.hasFeatures {
 		return false
 	}
-	return j.fill(&e, rec, a, now, mark)
+	return j.fill(&e, rec, a, now)
 }
 
 // scanMembers reads the members of the event, past its opening brace,
@@ -77,11 +76,11 @@ func (j *logregJob) scanMembers(s *runtime.RawScan, e *rawEvent, a *runtime.Aren
 			return ok
 		}
 		if string(name) == j.fields.Features {
-			if e.features {
+			if e.hasFeatures {
 				return false // which one Extract reads is the parser's to say
 			}
-			e.features = true
-			if !j.scanFeatures(s, a) {
+			e.hasFeatures = true
+			if e.features, ok = a.RawFeatures(s); !ok {
 				return false
 			}
 		} else if !j.scanScalar(s, e, name) {
@@ -112,82 +111,9 @@ func (j *logregJob) scanScalar(s *runtime.RawScan, e *rawEvent, name []byte) boo
 	return true
 }
 
-// scanFeatures reads the features (see runtime.appendFeatures): an object
-// of numbers, strings and literals, or an array of strings.
-func (j *logregJob) scanFeatures(s *runtime.RawScan, a *runtime.Arena) bool {
-	switch k, _ := s.Value(); k {
-	case runtime.RawObject:
-		return featureObject(s, a, runtime.CurrentLimits().MaxValue)
-	case runtime.RawArray:
-		return featureArray(s, a)
-	}
-	return false
-}
-
-// featureObject reads the members of a features object, past its brace.
-func featureObject(s *runtime.RawScan, a *runtime.Arena, maxValue float64) bool {
-	for first := true; ; first = false {
-		name, done, ok := s.Member(first)
-		if done || !ok {
-			return ok
-		}
-		switch k, text := s.Value(); k {
-		case runtime.RawNumber:
-			n, ok := s.Float(text, maxValue)
-			if !ok {
-				return false
-			}
-			if n != 0 {
-				a.AddFeature(learners.Feature{Hash: xxhash.Sum64(name), Value: n})
-			}
-		case runtime.RawString:
-			a.AddFeature(learners.Feature{Hash: hashNameValue(name, text), Value: 1})
-		case runtime.RawTrue:
-			a.AddFeature(learners.Feature{Hash: xxhash.Sum64(name), Value: 1})
-		case runtime.RawFalse, runtime.RawNull:
-		default:
-			return false
-		}
-	}
-}
-
-// featureArray reads the strings of a features array, past its bracket.
-func featureArray(s *runtime.RawScan, a *runtime.Arena) bool {
-	if s.Take(']') {
-		return true
-	}
-	for {
-		k, text := s.Value()
-		if k != runtime.RawString {
-			return false
-		}
-		a.AddFeature(learners.Feature{Hash: xxhash.Sum64(text), Value: 1})
-		if more, ok := s.More(']'); !more {
-			return ok
-		}
-	}
-}
-
-// hashNameValue is learners.HashNameValue of a name and a value in bytes:
-// the hash of "name=value", in one call when it fits on the stack.
-func hashNameValue(name, value []byte) uint64 {
-	var buf [64]byte
-	if len(name)+1+len(value) > len(buf) {
-		d := xxhash.New()
-		d.Write(name)
-		d.Write([]byte{'='})
-		d.Write(value)
-		return d.Sum64()
-	}
-	n := copy(buf[:], name)
-	buf[n] = '='
-	n += 1 + copy(buf[n+1:], value)
-	return xxhash.Sum64(buf[:n])
-}
-
 // fill completes the record from the scalar fields, as Extract does,
 // once the features are in a.
-func (j *logregJob) fill(e *rawEvent, rec *runtime.Record, a *runtime.Arena, now int64, mark int) bool {
+func (j *logregJob) fill(e *rawEvent, rec *runtime.Record, a *runtime.Arena, now int64) bool {
 	key, ok := runtime.RawKeyText(e.key.kind, e.key.text)
 	if !ok {
 		return false
@@ -206,7 +132,7 @@ func (j *logregJob) fill(e *rawEvent, rec *runtime.Record, a *runtime.Arena, now
 	if len(id) > 0 && rec.Label < 0 {
 		holdID(rec, a.Str(id), a)
 	}
-	rec.Features = a.FeaturesSince(mark)
+	rec.Features = e.features
 	return true
 }
 
@@ -249,7 +175,7 @@ func appendRawNames(buf []byte, ends []int, s *runtime.RawScan, k runtime.RawKin
 			}
 			switch k, text := s.Value(); k {
 			case runtime.RawNumber:
-				if n, _ := s.Float(text, math.Inf(1)); n != 0 {
+				if n, _ := runtime.RawNumberValue(text, math.Inf(1)); n != 0 {
 					buf = append(buf, name...)
 					ends = append(ends, len(buf))
 				}
