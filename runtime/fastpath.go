@@ -122,7 +122,8 @@ func (b *Batch) ExtractsBytes() bool {
 
 // AddBytes adds the event whose JSON text is ev, if every job's
 // ByteExtractor takes it, and says whether it did; if it did not, the
-// batch is as before, and the event is for Add.
+// batch holds what it held (an arena may keep a few unused bytes), and
+// the event is for Add.
 func (b *Batch) AddBytes(ev []byte) bool {
 	for i, jb := range b.jobs {
 		jb.rec = Record{Side: jb.side}

@@ -97,17 +97,22 @@ func (j *logregJob) scanScalar(s *runtime.RawScan, e *rawEvent, name []byte) boo
 	if k == runtime.RawOther || k == runtime.RawObject || k == runtime.RawArray {
 		return false
 	}
-	for _, f := range [...]struct {
-		name string
-		dst  *rawField
-	}{{j.fields.Key, &e.key}, {j.fields.TS, &e.ts}, {j.fields.Label, &e.label}, {j.labels.idField, &e.id}} {
-		if string(name) == f.name {
-			if f.dst.kind != runtime.RawAbsent {
-				return false // a second member of the name
-			}
-			*f.dst = rawField{k, text}
-		}
+	v := rawField{k, text}
+	return v.into(&e.key, name, j.fields.Key) && v.into(&e.ts, name, j.fields.TS) &&
+		v.into(&e.label, name, j.fields.Label) && v.into(&e.id, name, j.labels.idField)
+}
+
+// into stores v, the value of the member name, in dst, the field of the
+// given name, if that is its name; ok is false for a second member of the
+// name.
+func (v rawField) into(dst *rawField, name []byte, field string) bool {
+	if string(name) != field {
+		return true
 	}
+	if dst.kind != runtime.RawAbsent {
+		return false
+	}
+	*dst = v
 	return true
 }
 
