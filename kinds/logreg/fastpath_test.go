@@ -100,6 +100,8 @@ var fastTaken = []string{
 	"{\"features\":{\"ü\":\"ö\",\"\x01raw\":1}}",
 	`{"features":{"x":1.0},"label":1.0}`,
 	`{"features":{"dup":1,"dup":2}}`,
+	// Numbers near where their value stops being computed while scanned.
+	`{"features":{"a":97188.2083715755,"b":0.123456789012345,"c":-12345678901.2345,"d":1.5e-7}}`,
 }
 
 // fastDeclined are events the fast path leaves to the parser: errors the
