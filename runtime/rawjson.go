@@ -153,7 +153,8 @@ func valueAt(b []byte, i int) (RawKind, int) {
 
 // space skips JSON white space at b[i], the four bytes fastjson skips.
 func space(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+	// A byte above ' ' is not white space: one comparison for most.
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
 		i++
 	}
 	return i
