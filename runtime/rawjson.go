@@ -200,20 +200,16 @@ func jsonNumber(b []byte, i int) (end int, value float64, exact bool) {
 	case i < len(b) && b[i] == '0':
 		i++
 	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
-			d = d*10 + uint64(b[i]-'0')
-		}
+		d, i = appendDigits(d, b, i)
 	default:
 		return 0, 0, false
 	}
-	n, frac := i-first, 0
+	n := i - first
+	frac := 0
 	if i < len(b) && b[i] == '.' {
-		i++
-		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
-			d = d*10 + uint64(b[i]-'0')
-			frac++
-		}
-		if frac == 0 {
+		start := i + 1
+		d, i = appendDigits(d, b, start)
+		if frac = i - start; frac == 0 {
 			return 0, 0, false
 		}
 	}
@@ -244,6 +240,19 @@ func jsonNumber(b []byte, i int) (end int, value float64, exact bool) {
 		value = -value
 	}
 	return i, value, true
+}
+
+// appendDigits appends the run of digits at b[i] to d, as decimal
+// digits (exact while d has at most 19), and returns where the run ends.
+func appendDigits(d uint64, b []byte, i int) (uint64, int) {
+	for ; i < len(b); i++ {
+		c := b[i] - '0' // one comparison: bytes below '0' wrap around
+		if c > 9 {
+			break
+		}
+		d = d*10 + uint64(c)
+	}
+	return d, i
 }
 
 var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
