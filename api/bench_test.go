@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ var benchBody = []byte(genBody(9, 1000))
 func BenchmarkParseNDJSON(b *testing.B) {
 	var p fastjson.Parser
 	b.SetBytes(int64(len(benchBody)))
+	defer reportCPU(b, 1000)()
 	for b.Loop() {
 		for rest := benchBody; len(rest) > 0; {
 			i := bytes.IndexByte(rest, '\n')
@@ -55,6 +57,7 @@ func benchIngestN(b *testing.B, spec runtime.Spec, perBody int) {
 	url := ts.http.URL + "/v1/streams/mail/events"
 	b.SetBytes(int64(len(benchBody)))
 	b.ResetTimer()
+	defer reportCPU(b, perBody)()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			for {
@@ -75,6 +78,24 @@ func benchIngestN(b *testing.B, spec runtime.Spec, perBody int) {
 		time.Sleep(100 * time.Microsecond)
 	}
 	b.ReportMetric(float64(b.N*perBody)/b.Elapsed().Seconds(), "events/s")
+}
+
+// reportCPU reports, when the returned function is called, the process's
+// CPU time (user and system, all threads) per event of b.N requests of
+// perBody events: on a shared machine, steadier than the wall clock.
+func reportCPU(b *testing.B, perBody int) func() {
+	start := cpuTime()
+	return func() {
+		b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/1e3/float64(b.N*perBody), "cpu-µs/event")
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkIngestHTTPItems is a distinct job fed {"item": ...} lines: the

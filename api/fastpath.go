@@ -7,20 +7,28 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// The string fast path: when every job reading a stream takes one string
-// field of its events (runtime.Batch.StringField), an event that is
-// exactly {"field": "text"} is recognised by scanning its bytes and handed
-// to the batch as its text, without parsing. Anything else, including
-// every event that is not valid JSON, an escape in the text or a second
-// member, goes the ordinary way (fastjson, then Batch.Add), which judges
-// and reports it as before.
+// The fast paths of ingest. The string fast path: when every job reading
+// a stream takes one string field of its events (runtime.Batch.
+// StringField), an event that is exactly {"field": "text"} is recognised
+// by scanning its bytes and handed to the batch as its text, without
+// parsing. The byte fast path: when every job reading a stream can read
+// events from their bytes (runtime.ByteExtractor; logreg can), each event
+// is offered to the batch as bytes first (Batch.AddBytes). Anything else,
+// including every event that is not valid JSON, an escape in a string or
+// an unexpected member, goes the ordinary way (fastjson, then Batch.Add),
+// which judges and reports it as before.
 
 // decodeInto decodes body into b: decodeEvents with add, except that the
-// events the string fast path recognises go to b.AddString. At most most
+// events a fast path takes go to b.AddString or b.AddBytes. At most most
 // events are taken so; add is left to refuse more.
 func decodeInto(b *runtime.Batch, body []byte, contentType string, maxEvent, most int, add func(v *fastjson.Value, line int) error) (int, error) {
 	field, ok := b.StringField()
 	if !ok || !plainKey(field) {
+		if b.ExtractsBytes() {
+			return decodeEventsWith(body, contentType, maxEvent, shortcuts{event: func(ev []byte) bool {
+				return b.Len() < most && b.AddBytes(ev)
+			}}, add)
+		}
 		return decodeEvents(body, contentType, maxEvent, add)
 	}
 	m := stringLines{prefix: []byte(`{"` + field + `":"`), maxEvent: maxEvent}

@@ -187,7 +187,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		stream: stream, what: fmt.Sprintf("the jobs reading stream %q", stream), unit: "events",
 		newBatch: func() (*runtime.Batch, error) { return s.engine.NewBatch(stream) },
 		add:      (*runtime.Batch).Add,
-		strings:  true,
+		fast:     true,
 	})
 	if ok {
 		writeJSON(w, http.StatusAccepted, ingestResponse{Accepted: accepted, Shed: b.Shed()})
@@ -202,8 +202,9 @@ type batchRequest struct {
 	unit     string // what the body holds, for that error
 	newBatch func() (*runtime.Batch, error)
 	add      func(b *runtime.Batch, v *fastjson.Value, line int) error
-	// strings lets add's events take the string fast path (decodeInto).
-	strings bool
+	// fast lets add's events take the fast paths (decodeInto): add is
+	// Batch.Add.
+	fast bool
 }
 
 // commitBody reads the body into a new batch and commits it, honouring an
@@ -259,7 +260,7 @@ func (s *Server) decodeBatch(b *runtime.Batch, br batchRequest, body []byte, cty
 		}
 		return br.add(b, v, line)
 	}
-	if br.strings {
+	if br.fast {
 		n, err = decodeInto(b, body, ctype, s.cfg.MaxEventBytes, most, add)
 	} else {
 		n, err = decodeEvents(body, ctype, s.cfg.MaxEventBytes, add)

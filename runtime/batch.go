@@ -44,6 +44,10 @@ type jobBatch struct {
 	bufs      *buffers
 	shedStats shedStats
 	hashed    bool // AddString gives the job hashes, not strings (fastpath.go)
+	// bytes is the job's ByteExtractor, once ExtractsBytes found one;
+	// feats and vals mark the arena's lengths before AddBytes's event.
+	bytes       ByteExtractor
+	feats, vals int
 	// rec is the record being extracted: a field rather than a local, as
 	// a local would escape through the kind's Extract, one allocation per
 	// event.

@@ -84,3 +84,62 @@ func (a *Arena) HashValues(rec *Record) {
 	rec.Features = a.feats[start:len(a.feats):len(a.feats)]
 	rec.Values = nil
 }
+
+// The byte fast path of ingest: a kind whose Instance is a ByteExtractor
+// reads an event straight from its JSON bytes (RawScan) when it can, and
+// leaves it to the parser and Extract when it cannot. The API takes it
+// when every job reading the stream is a ByteExtractor (Batch.
+// ExtractsBytes). The records are the ones Extract makes.
+
+// ByteExtractor is an Instance that can extract events from their bytes.
+type ByteExtractor interface {
+	// ExtractBytes fills rec, as Extract would of ev parsed, and returns
+	// true; or it returns false to leave ev to the parser and Extract,
+	// and must do so for every event Extract refuses. It has no effect
+	// but on rec and a (the batch forgets what it added to a when it
+	// returns false): the other effects of Extract belong in KeepBytes.
+	ExtractBytes(ev []byte, rec *Record, a *Arena, now int64) bool
+	// KeepBytes is called with each event, and the record ExtractBytes
+	// made of it, once every job reading the stream has extracted it:
+	// whatever Extract does besides filling the record (sampling, say)
+	// happens here, once per event as with Extract.
+	KeepBytes(ev []byte, rec *Record)
+}
+
+// ExtractsBytes says whether every job reading the batch's stream is a
+// ByteExtractor, so that AddBytes may be offered events. Call it before
+// AddBytes.
+func (b *Batch) ExtractsBytes() bool {
+	for _, jb := range b.jobs {
+		be, ok := jb.job.kind.instance().(ByteExtractor)
+		if !ok {
+			return false
+		}
+		jb.bytes = be
+	}
+	return len(b.jobs) > 0
+}
+
+// AddBytes adds the event whose JSON text is ev, if every job's
+// ByteExtractor takes it, and says whether it did; if it did not, the
+// batch holds what it held (an arena may keep a few unused bytes), and
+// the event is for Add.
+func (b *Batch) AddBytes(ev []byte) bool {
+	for i, jb := range b.jobs {
+		jb.rec = Record{Side: jb.side}
+		jb.feats, jb.vals = len(jb.arena.feats), len(jb.arena.vals)
+		if !jb.bytes.ExtractBytes(ev, &jb.rec, &jb.arena, b.nowMs) {
+			for _, jb := range b.jobs[:i+1] {
+				jb.arena.feats, jb.arena.vals = jb.arena.feats[:jb.feats], jb.arena.vals[:jb.vals]
+			}
+			return false
+		}
+	}
+	for _, jb := range b.jobs {
+		p := jb.partition(jb.rec.Key)
+		jb.parts[p] = append(jb.parts[p], jb.rec)
+		jb.bytes.KeepBytes(ev, &jb.rec)
+	}
+	b.events++
+	return true
+}

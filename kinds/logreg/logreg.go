@@ -87,6 +87,8 @@ type logregJob struct {
 	// partitions the spec asks for.
 	labels labelParams
 	nparts int
+	// fast: the fields allow the byte fast path (fastpath.go).
+	fast bool
 	// committed are the partitions' pending sets as of their last merge,
 	// for backups (labels_ft.go); under merge.
 	committed []*committedPending
@@ -164,6 +166,7 @@ func newLogregJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error
 		consistency: spec.Sync.Consistency, clock: runtime.NewSyncClock(spec.Partitions, staleness),
 		labels: labels, nparts: spec.Partitions}
 	j.drifts.onDrift = onDrift
+	j.fast = fastFields(fields, labels.idField)
 	if spec.Sync.Consistency != runtime.ConsistencyAsync {
 		j.clock.SetSilence(runtime.RemoteSilenceOf(spec.Sync))
 	}

@@ -64,6 +64,21 @@ func (d *nameDict) observe(f *fastjson.Value, feats []learners.Feature, m *learn
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.buf, d.ends = appendFeatureNames(d.buf[:0], d.ends[:0], f)
+	d.count(feats, m)
+}
+
+// observeRaw is observe of the event ev, which the fast path took
+// (fastpath.go), whose features field is field.
+func (d *nameDict) observeRaw(ev []byte, field string, feats []learners.Feature, m *learners.Model) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.buf, d.ends = appendRawFeatureNames(d.buf[:0], d.ends[:0], ev, field)
+	d.count(feats, m)
+}
+
+// count counts the names in d.buf (ends) at the slots of feats, the
+// features hashed from them; d.mu held.
+func (d *nameDict) count(feats []learners.Feature, m *learners.Model) {
 	if len(d.ends) != len(feats) {
 		return
 	}
