@@ -22,7 +22,7 @@ var _ runtime.ClusterAutoscaling = (*Node)(nil)
 // AutoscaleSample is runtime.ClusterAutoscaling's.
 func (n *Node) AutoscaleSample(j *runtime.Job, now time.Time) (runtime.LoadSample, bool) {
 	st := n.job(j.Name())
-	if st == nil || st.job != j || len(st.parts) == 0 || !st.parts[0].owned.Load() {
+	if st == nil || !st.ready.Load() || st.job != j || len(st.parts) == 0 || !st.parts[0].owned.Load() {
 		return runtime.LoadSample{}, false
 	}
 	reps, ok := n.lags.latest(st.id, len(st.parts))
@@ -63,7 +63,7 @@ var _ runtime.ClusterLoads = (*Node)(nil)
 // its owner last reported them.
 func (n *Node) Routed(j *runtime.Job) ([]uint64, bool) {
 	st := n.job(j.Name())
-	if st == nil || st.job != j {
+	if st == nil || !st.ready.Load() || st.job != j {
 		return nil, false
 	}
 	reps, ok := n.lags.latest(st.id, len(st.parts))

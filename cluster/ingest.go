@@ -35,7 +35,7 @@ const (
 // dropped by JetStream's duplicate window rather than stored twice.
 func (n *Node) Publish(ctx context.Context, j *runtime.Job, parts [][]runtime.Record) error {
 	st := n.job(j.Name())
-	if st == nil || st.job != j {
+	if st == nil || !st.ready.Load() || st.job != j {
 		return fmt.Errorf("%w: job %q is not ready on this node yet", runtime.ErrBusy, j.Name())
 	}
 	if st.seal.wanted.Load() {

@@ -133,7 +133,7 @@ func (st *jobState) acquire(p int, token uint64) {
 // release stops owning partition p: graceful takes a last backup first.
 func (st *jobState) release(p int, graceful bool) {
 	if p < 0 {
-		if graceful && st.ft != nil {
+		if graceful && st.ready.Load() && st.ft != nil {
 			st.ft.backupGlobalNow()
 		}
 		st.global.owned.Store(false)

@@ -533,7 +533,7 @@ func (u *unitFT) Merged(events, unlogged int, processed int64) {
 // partitions that changed and were not written for viewEvery.
 func (n *Node) flushViews() {
 	for _, st := range n.jobsList() {
-		if st.ft == nil || st.job == nil {
+		if !st.ready.Load() || st.ft == nil || st.job == nil {
 			continue
 		}
 		for _, u := range st.ft.units {
