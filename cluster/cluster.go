@@ -310,6 +310,13 @@ func (n *Node) Attach(j *runtime.Job) error {
 	}
 	if st.spec.FT.Mode != "none" && j.Units() != nil {
 		j.SetFT(newClusterFT(st))
+		if st.rescaled != nil {
+			// A rescale's new layout: its state is stored already, and
+			// queries answer from it at once, not a view poll later.
+			if err := st.installViews(ctx); err != nil {
+				return err
+			}
+		}
 	}
 	if sh, ok := j.Sharing(); ok {
 		if err := st.startSharing(ctx, sh); err != nil {

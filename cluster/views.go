@@ -2,7 +2,11 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Views: every node installs the latest state of each partition it does
@@ -58,6 +62,37 @@ func (n *Node) refreshView(st *jobState, ps *partState) {
 	ps.viewRev.Store(e.rev)
 	ps.viewRec.Store(h.Rec)
 	n.stats.views.Add(1)
+}
+
+// installViews installs every partition's stored state into the job
+// before its partitions start (Attach of a rescale's new layout).
+func (st *jobState) installViews(ctx context.Context) error {
+	for _, ps := range st.parts {
+		u := st.ft.unitOf(ps.p)
+		if u == nil {
+			continue
+		}
+		e, err := st.n.store().latest(ctx, stateKey(st.id, ps.p))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("cluster: the new layout's state of partition %d: %w", ps.p, err)
+		}
+		h, state, err := st.n.stateOf(ctx, e.value)
+		if err != nil {
+			return err
+		}
+		if state == nil {
+			continue
+		}
+		if err := u.install(h, state); err != nil {
+			return err
+		}
+		ps.viewRev.Store(e.rev)
+		ps.viewRec.Store(h.Rec)
+	}
+	return nil
 }
 
 func (n *Node) jobByID(id string) *jobState {

@@ -307,3 +307,74 @@ func TestClusterAutoscalerScalesDown(t *testing.T) {
 		waitTotal(t, c.url(i), "auto", uint64(posted.Load()), 60*time.Second)
 	}
 }
+
+// A distinct count and a join move with a rescale of a cluster as in one
+// process: the HyperLogLog estimate is the same before and after a split
+// (4 → 6) and a merge (6 → 2) on every node, and the join's buffered
+// tuples, re-hashed by key, match the views that come after the rescale
+// as a single-node server that was never rescaled matches them.
+func TestClusterRescaleDistinctAndJoin(t *testing.T) {
+	c := startTestCluster(t, 3)
+	single := start(t, "serve", "--addr", "127.0.0.1:0", "--data", "", "--partitions", "6")
+	const users = `{"name":"users","kind":"distinct","input":"clicks","partitions":4,"params":{"field":"user"}}`
+	const pairs = `{"name":"pairs","kind":"join","left":"clicks","right":"views","partitions":3,"params":{"on":"user","within":"10m"}}`
+	putJobAt(t, c.url(0), users)
+	putJobAt(t, c.url(1), pairs)
+	putJobAt(t, single.url(), pairs)
+	c.waitOwned(0, "users", 30*time.Second, "n1", "n2", "n3")
+	c.waitOwned(0, "pairs", 30*time.Second, "n1", "n2", "n3")
+	for i := range 10 {
+		body := clickBody(i*300, 300)
+		mustPostRetrying(t, c.url(i%3), "clicks", body)
+		postNDJSON(t, single.url(), "clicks", body)
+	}
+	estimate := func(i int) uint64 {
+		d, err := clientOf(t, c.url(i)).Distinct(t.Context(), "users", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Estimate
+	}
+	var want uint64
+	waitUntil(t, 30*time.Second, "every node's estimate the same", func() bool {
+		want = estimate(0)
+		return want > 0 && estimate(1) == want && estimate(2) == want
+	})
+	for _, to := range []int{6, 2} {
+		if code, body := patchPartitions(t, c.url(to%3), "users", to); code != http.StatusOK {
+			t.Fatalf("PATCH users to %d: %d %v", to, code, body)
+		}
+		for i := range 3 {
+			waitUntil(t, 30*time.Second, "the rescaled distinct job", func() bool { n, _ := elasticOf(t, c.url(i), "users"); return n == to })
+			if got := estimate(i); got != want {
+				t.Errorf("users at %d partitions: n%d estimates %d distinct, %d before", to, i+1, got, want)
+			}
+		}
+	}
+	if code, body := patchPartitions(t, c.url(2), "pairs", 5); code != http.StatusOK {
+		t.Fatalf("PATCH pairs: %d %v", code, body)
+	}
+	for i := range 3 {
+		waitUntil(t, 30*time.Second, "the rescaled join", func() bool { n, _ := elasticOf(t, c.url(i), "pairs"); return n == 5 })
+	}
+	var views []byte
+	for u := range 200 {
+		views = fmt.Appendf(views, `{"user":"u%d","page":"p"}`+"\n", u*5)
+	}
+	mustPostRetrying(t, c.url(0), "views", views)
+	postNDJSON(t, single.url(), "views", views)
+	matches := func(url string) uint64 {
+		m, err := clientOf(t, url).Matches(t.Context(), "pairs", "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Matches
+	}
+	waitUntil(t, 30*time.Second, "the single-node join's matches", func() bool { return matches(single.url()) > 0 })
+	wantMatches := matches(single.url())
+	for i := range 3 {
+		waitUntil(t, 30*time.Second, fmt.Sprintf("n%d's join matching as the single-node one (%d)", i+1, wantMatches), func() bool {
+			return matches(c.url(i)) == wantMatches
+		})
+	}
+}
