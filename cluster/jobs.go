@@ -151,7 +151,7 @@ func (n *Node) answerApplied(m *nats.Msg) {
 		deadline := time.Now().Add(everyNodeWait)
 		for time.Now().Before(deadline) && n.ctx.Err() == nil {
 			st := n.job(q.Job)
-			has := st != nil && st.inc == q.Incarnation && st.ready.Load() && (!q.Held || st.seal.held.Load())
+			has := st != nil && st.inc == q.Incarnation && st.ready.Load() && (!q.Held || st.seal.drained.Load())
 			if has == q.Running {
 				_ = m.Respond(nil)
 				return

@@ -470,12 +470,13 @@ func (n *Node) rescaleStale(mark *rescaleMark) bool {
 
 // sealState is a node's side of a rescale's seal of one job: wanted
 // follows the job's entry, held says that the engine holds the job's
-// ingest with the requests admitted before ended (what the coordinator
-// waits for).
+// ingest, drained that the requests admitted before ended (what the
+// coordinator waits for).
 type sealState struct {
-	mu     sync.Mutex // serialises applySeal
-	wanted atomic.Bool
-	held   atomic.Bool
+	mu      sync.Mutex // serialises applySeal
+	wanted  atomic.Bool
+	held    atomic.Bool
+	drained atomic.Bool
 }
 
 // followSeal makes this node hold the job's ingest while its entry has a
@@ -502,18 +503,21 @@ func (st *jobState) applySeal() {
 		if !want {
 			st.job.OpenIngest()
 			st.seal.held.Store(false)
+			st.seal.drained.Store(false)
 			st.n.log.Info("job's ingest admitted again: its rescale was abandoned", "job", st.name())
 			continue
 		}
 		ctx, cancel := context.WithTimeout(st.n.ctx, everyNodeWait)
 		err := st.job.HoldIngest(ctx)
 		cancel()
+		// Held either way: new requests wait until the mark goes.
+		st.seal.held.Store(true)
 		if err != nil {
 			// Not confirmed: the coordinator gives up, and the mark goes.
 			st.n.log.Warn("holding the job's ingest for a rescale", "job", st.name(), "err", err)
-			return
+			continue
 		}
-		st.seal.held.Store(true)
+		st.seal.drained.Store(true)
 	}
 }
 
