@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mlstream/mlstream/kinds/logreg"
 	"github.com/valyala/fastjson"
@@ -58,6 +59,11 @@ func TestLogregFastPathLearnsAsParsing(t *testing.T) {
 		}
 		ts.waitProcessed("lr-" + s)
 	}
+	// Processed is not yet merged into the model that /model reads: wait
+	// for every update in both.
+	waitFor(t, "both models holding 2000 updates", 10*time.Second, func() bool {
+		return logreg.StatusOf(ts.job("lr-fast")).Model.Updates == 2000 && logreg.StatusOf(ts.job("lr-slow")).Model.Updates == 2000
+	})
 	_, _, f := ts.do("GET", "/v1/jobs/lr-fast/model?top=30", "", nil)
 	_, _, s := ts.do("GET", "/v1/jobs/lr-slow/model?top=30", "", nil)
 	delete(f, "job")
