@@ -21,8 +21,8 @@ var _ runtime.ClusterAutoscaling = (*Node)(nil)
 
 // AutoscaleSample is runtime.ClusterAutoscaling's.
 func (n *Node) AutoscaleSample(j *runtime.Job, now time.Time) (runtime.LoadSample, bool) {
-	st := n.job(j.Name())
-	if st == nil || !st.ready.Load() || st.job != j || len(st.parts) == 0 || !st.parts[0].owned.Load() {
+	st := n.runningJob(j)
+	if st == nil || len(st.parts) == 0 || !st.parts[0].owned.Load() {
 		return runtime.LoadSample{}, false
 	}
 	reps, ok := n.lags.latest(st.id, len(st.parts))
@@ -62,8 +62,8 @@ var _ runtime.ClusterLoads = (*Node)(nil)
 // Routed is runtime.ClusterLoads's: each partition's events offered, as
 // its owner last reported them.
 func (n *Node) Routed(j *runtime.Job) ([]uint64, bool) {
-	st := n.job(j.Name())
-	if st == nil || !st.ready.Load() || st.job != j {
+	st := n.runningJob(j)
+	if st == nil {
 		return nil, false
 	}
 	reps, ok := n.lags.latest(st.id, len(st.parts))

@@ -284,6 +284,17 @@ func (n *Node) job(name string) *jobState {
 	return n.mu.jobs[name]
 }
 
+// runningJob is the cluster's state of the engine's job j once it is
+// ready here (attached: its fault tolerance and job may be read), nil
+// otherwise or when j is not the job's current one.
+func (n *Node) runningJob(j *runtime.Job) *jobState {
+	st := n.job(j.Name())
+	if st == nil || !st.ready.Load() || st.job != j {
+		return nil
+	}
+	return st
+}
+
 func (n *Node) jobsList() []*jobState {
 	n.mu.Lock()
 	defer n.mu.Unlock()

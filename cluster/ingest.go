@@ -34,8 +34,8 @@ const (
 // carries an id, so a retry of a message that did reach the stream is
 // dropped by JetStream's duplicate window rather than stored twice.
 func (n *Node) Publish(ctx context.Context, j *runtime.Job, parts [][]runtime.Record) error {
-	st := n.job(j.Name())
-	if st == nil || !st.ready.Load() || st.job != j {
+	st := n.runningJob(j)
+	if st == nil {
 		return fmt.Errorf("%w: job %q is not ready on this node yet", runtime.ErrBusy, j.Name())
 	}
 	if st.seal.wanted.Load() {

@@ -79,7 +79,11 @@ func (n *Node) rescale(ctx context.Context, name string, partitions int, reason 
 	case rec.Rescale != nil:
 		return runtime.RescaleReport{}, fmt.Errorf("%w: job %q (to %d partitions, by node %s)", runtime.ErrRescaling, name, rec.Rescale.To, rec.Rescale.By)
 	}
-	r := &clusterRescale{n: n, old: rec, rev: rev, spec: spec, rep: runtime.RescaleReport{From: rec.Spec.Partitions, To: partitions,
+	st := n.job(name)
+	if st == nil || st.inc != rec.Incarnation || !st.ready.Load() {
+		return runtime.RescaleReport{}, fmt.Errorf("%w: job %q does not run on this node yet", runtime.ErrRescaleFailed, name)
+	}
+	r := &clusterRescale{n: n, st: st, old: rec, rev: rev, spec: spec, rep: runtime.RescaleReport{From: rec.Spec.Partitions, To: partitions,
 		At: time.Now(), Reason: reason, Generation: rec.Generation + 1, Decision: d}}
 	if err := r.run(ctx); err != nil {
 		n.log.Warn("rescale failed: the job goes on with its partitions", "job", name, "from", r.rep.From, "to", partitions, "err", err)
@@ -111,6 +115,7 @@ func (n *Node) readJobEntry(ctx context.Context, name string) (jobRecord, uint64
 // clusterRescale is one rescale, coordinated by this node.
 type clusterRescale struct {
 	n    *Node
+	st   *jobState // the old incarnation, as this node runs it
 	old  jobRecord
 	rev  uint64 // of the job's entry, updated as the rescale writes it
 	spec runtime.Spec
@@ -228,10 +233,7 @@ func (r *clusterRescale) seal(ctx context.Context) error {
 // drain waits until every partition's backup holds the last message of
 // its subject.
 func (r *clusterRescale) drain(ctx context.Context) error {
-	old := newJobState(r.n, r.old)
-	if err := old.ensureStreams(ctx); err != nil {
-		return err
-	}
+	old := r.st
 	r.ends = make([]uint64, r.old.Spec.Partitions)
 	for p := range r.ends {
 		end, err := lastOfSubject(ctx, old.stream(p), inputSubject(old.id, p))
@@ -242,7 +244,7 @@ func (r *clusterRescale) drain(ctx context.Context) error {
 	}
 	for p, end := range r.ends {
 		for end > 0 {
-			held, err := r.heldUpTo(ctx, old, p)
+			held, err := r.heldUpTo(ctx, p)
 			if err != nil {
 				return err
 			}
@@ -279,8 +281,9 @@ func lastOfSubject(ctx context.Context, s jetstream.Stream, subj string) (uint64
 
 // heldUpTo is the log position partition p resumes from after its latest
 // backup (or delta): every message before it is in the state.
-func (r *clusterRescale) heldUpTo(ctx context.Context, old *jobState, p int) (uint64, error) {
-	if runtime.Shares(r.old.Spec) {
+func (r *clusterRescale) heldUpTo(ctx context.Context, p int) (uint64, error) {
+	old := r.st
+	if old.share != nil {
 		s, err := r.n.js.Stream(ctx, deltaStream(old.id))
 		if err != nil {
 			return 0, err
@@ -314,7 +317,7 @@ func (r *clusterRescale) move(ctx context.Context) (map[int]newState, error) {
 	if err != nil {
 		return nil, err
 	}
-	global := runtime.Shares(r.old.Spec)
+	global := r.st.share != nil
 	out := map[int]newState{}
 	err = runtime.RescaleUnits(r.old.Spec, r.spec.Partitions,
 		func(u runtime.Unit) error {
@@ -348,10 +351,7 @@ func unitKey(u runtime.Unit, global bool) int {
 // kind that shares deltas, the global unit's as this node holds it once
 // it applied every delta.
 func (r *clusterRescale) oldStates(ctx context.Context) (map[int][]byte, error) {
-	st := r.n.job(r.old.Spec.Name)
-	if st == nil || st.inc != r.old.Incarnation || st.job == nil {
-		return nil, errors.New("the job does not run on the coordinating node")
-	}
+	st := r.st
 	if st.share != nil {
 		state, err := st.share.snapshotAll(ctx)
 		if err != nil {
@@ -374,10 +374,10 @@ func (r *clusterRescale) oldStates(ctx context.Context) (map[int][]byte, error) 
 
 // store writes the next incarnation's state.
 func (r *clusterRescale) store(ctx context.Context, states map[int]newState) error {
-	next := newJobState(r.n, r.next)
+	id := jobID(r.next.Spec.Name, r.next.Incarnation)
 	for p, ns := range states {
 		h := stateHeader{Node: r.n.cfg.Node, Created: time.Now().UTC(), Seqs: ns.seqs}
-		if _, err := r.n.store().write(ctx, stateKey(next.id, p), 0, h, ns.state); err != nil {
+		if _, err := r.n.store().write(ctx, stateKey(id, p), 0, h, ns.state); err != nil {
 			return fmt.Errorf("writing the new layout's state: %w", err)
 		}
 	}

@@ -507,9 +507,8 @@ func (u *unitFT) token() uint64 {
 	return u.f.st.parts[u.part].token.Load()
 }
 
-// due says whether the unit is backed up now: past θ, or changed and not
-// written for viewEvery (other nodes read it), or changed while a rescale
-// waits for every partition's backup to hold its last event.
+// due says whether the unit is backed up now: past θ, or changed and its
+// view stale.
 func (u *unitFT) due(div float64, changed bool) bool {
 	if !u.owned() {
 		return false
@@ -517,7 +516,15 @@ func (u *unitFT) due(div float64, changed bool) bool {
 	if u.part < 0 {
 		return div > u.theta && time.Since(u.last) >= globalEvery
 	}
-	return div > u.theta || changed && (time.Since(u.last) >= viewEvery || u.f.st.seal.wanted.Load())
+	return div > u.theta || changed && u.viewStale()
+}
+
+// viewStale says whether a changed partition's state is to be written
+// now: not written for viewEvery (other nodes read it), or its job is
+// sealed for a rescale, which waits for every partition's backup to hold
+// its last event.
+func (u *unitFT) viewStale() bool {
+	return time.Since(u.last) >= viewEvery || u.f.st.seal.wanted.Load()
 }
 
 // Merged is runtime.FTUnit's: called with the unit's changes serialised.
@@ -540,7 +547,7 @@ func (n *Node) flushViews() {
 			if u.part >= 0 && u.owned() && u.dirty.Load() {
 				ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 				_ = st.job.Do(ctx, u.part, func() {
-					if u.owned() && u.dirty.Load() && (time.Since(u.last) >= viewEvery || st.seal.wanted.Load()) {
+					if u.owned() && u.dirty.Load() && u.viewStale() {
 						u.backup(false, nil)
 					}
 				})

@@ -198,10 +198,8 @@ func (e *Engine) successor(old *Job, spec Spec) (*Job, error) {
 	if err := e.admitRescale(old, mem); err != nil {
 		return nil, err
 	}
-	nj, err := newJobIn(spec, e.hub, &e.cfg, old.slot, old.lineage)
+	nj, err := e.successorOf(old, spec, mem, old.slot)
 	if err == nil {
-		nj.mem, nj.incarnation, nj.maxPartitions = mem, old.incarnation, old.maxPartitions
-		nj.processedBase = old.processed()
 		err = e.cfg.Cluster.Attach(nj)
 		if err != nil {
 			nj.discard()

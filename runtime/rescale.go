@@ -522,12 +522,10 @@ func (rs *rescale) build() (*Job, error) {
 	if old.ft != nil {
 		slot = 1 - old.slot
 	}
-	nj, err := newJobIn(rs.spec, e.hub, &e.cfg, slot, old.lineage)
+	nj, err := e.successorOf(old, rs.spec, rs.mem, slot)
 	if err != nil {
 		return nil, err
 	}
-	nj.mem, nj.incarnation, nj.maxPartitions = rs.mem, old.incarnation, old.maxPartitions
-	nj.processedBase = old.processed()
 	rs.rep.Processed = nj.processedBase
 	if nj.ft != nil {
 		go nj.ft.writeLoop()
@@ -552,6 +550,19 @@ func (rs *rescale) build() (*Job, error) {
 	err = nj.ft.startEpoch(old.ft, base)
 	rs.rep.BackupMs = ms(time.Since(backing))
 	return nj, err
+}
+
+// successorOf makes, not started, old's successor of spec: its lineage,
+// counts and limits go on, its memory estimate is mem, its place in the
+// storage slot.
+func (e *Engine) successorOf(old *Job, spec Spec, mem MemoryEstimate, slot int) (*Job, error) {
+	nj, err := newJobIn(spec, e.hub, &e.cfg, slot, old.lineage)
+	if err != nil {
+		return nil, err
+	}
+	nj.mem, nj.incarnation, nj.maxPartitions = mem, old.incarnation, old.maxPartitions
+	nj.processedBase = old.processed()
+	return nj, nil
 }
 
 // firstSeq is the sequence number the new partitions start from: above
