@@ -127,7 +127,10 @@ type Node struct {
 	writer  *stateWriter
 	lags    lagTable
 	stats   nodeStats
-	out     *outputs
+	// retiring holds the jobs whose previous layout this node is
+	// retiring (retire.go).
+	retiring sync.Map
+	out      *outputs
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc

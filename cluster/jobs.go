@@ -29,6 +29,9 @@ type jobRecord struct {
 	// rescale that made this one.
 	Generation  uint64                 `json:"generation,omitempty"`
 	LastRescale *runtime.RescaleReport `json:"last_rescale,omitempty"`
+	// Retire is set from the commit of a rescale until the previous
+	// incarnation's streams are retired (retire.go).
+	Retire *retirement `json:"retire,omitempty"`
 }
 
 // applyWait is how long PutJob and DeleteJob wait for the change to
@@ -182,6 +185,9 @@ func (n *Node) DeleteJob(name string) error {
 	}
 	n.waitEveryNode(ctx, name, old.Incarnation, false)
 	n.removeJobData(ctx, old)
+	if old.Retire != nil {
+		n.removeJobData(ctx, old.previous())
+	}
 	return nil
 }
 
@@ -312,6 +318,7 @@ func (n *Node) reconcileJobs() {
 		seen[k] = true
 		n.applyJob(e)
 		n.clearStaleRescale(e)
+		n.retireStale(e)
 	}
 	if ok && ctx.Err() == nil {
 		n.stopUnseen(seen)

@@ -83,6 +83,16 @@ func (n *Node) rescale(ctx context.Context, name string, partitions int, reason 
 	if st == nil || st.inc != rec.Incarnation || !st.ready.Load() {
 		return runtime.RescaleReport{}, fmt.Errorf("%w: job %q does not run on this node yet", runtime.ErrRescaleFailed, name)
 	}
+	if rec.Retire != nil {
+		// The layout before this one is not retired yet: first that, so
+		// that its late events are not left behind in two layouts.
+		if err := n.retirePrevious(ctx, name); err != nil {
+			return runtime.RescaleReport{}, fmt.Errorf("%w: job %q: %v", runtime.ErrRescaling, name, err)
+		}
+		if rec, rev, err = n.readJobEntry(ctx, name); err != nil {
+			return runtime.RescaleReport{}, runtime.ErrUnknownJob
+		}
+	}
 	r := &clusterRescale{n: n, st: st, old: rec, rev: rev, spec: spec, rep: runtime.RescaleReport{From: rec.Spec.Partitions, To: partitions,
 		At: time.Now(), Reason: reason, Generation: rec.Generation + 1, Decision: d}}
 	if err := r.run(ctx); err != nil {
@@ -387,6 +397,7 @@ func (r *clusterRescale) store(ctx context.Context, states map[int]newState) err
 // commit makes the next incarnation the job's.
 func (r *clusterRescale) commit(ctx context.Context) error {
 	r.next.LastRescale = &r.rep
+	r.next.Retire = &retirement{Partitions: r.old.Spec.Partitions, Ends: r.ends, At: time.Now()}
 	data, err := json.Marshal(r.next)
 	if err != nil {
 		return err
@@ -399,8 +410,8 @@ func (r *clusterRescale) commit(ctx context.Context) error {
 	return nil
 }
 
-// finish waits for the new layout to run on every node, then removes the
-// old incarnation's streams and state.
+// finish waits for the new layout to run on every node, then retires the
+// old incarnation (retire.go).
 func (r *clusterRescale) finish(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(r.n.ctx, applyWait)
 	defer cancel()
@@ -408,7 +419,9 @@ func (r *clusterRescale) finish(ctx context.Context) {
 		r.n.log.Warn("rescaled job not running here yet", "job", r.spec.Name, "err", err)
 	}
 	r.n.waitEveryNode(ctx, r.spec.Name, r.next.Incarnation, true)
-	r.n.removeJobData(ctx, r.old)
+	if err := r.n.retirePrevious(ctx, r.spec.Name); err != nil {
+		r.n.log.Warn("retiring the previous layout (another node will)", "job", r.spec.Name, "err", err)
+	}
 	r.n.log.Info("job rescaled in the cluster", "job", r.spec.Name, "from", r.rep.From, "to", r.rep.To,
 		"pause_ms", r.rep.PauseMs, "drain_ms", r.rep.DrainMs, "incarnation", r.next.Incarnation)
 }

@@ -128,6 +128,28 @@ func (j *Job) SetNextSeq(p int, seq uint64) { j.parts[p].q.setNextSeq(seq) }
 // Depth is how many events partition p has queued or in process.
 func (j *Job) Depth(p int) int64 { return j.parts[p].q.depth.Load() }
 
+// Route splits recs over the job's partitions as ingest does: by key, and
+// the events without one in turn from partition 0, so that the same
+// records always split the same way (a cluster forwards the late events
+// of a replaced layout with this, under message ids that must repeat).
+func (j *Job) Route(recs []Record) [][]Record {
+	parts := make([][]Record, len(j.parts))
+	keyless := 0
+	for _, r := range recs {
+		p := 0
+		switch {
+		case len(j.parts) == 1:
+		case r.Key != "":
+			p = j.partitionFor(r.Key)
+		default:
+			p = keyless % len(j.parts)
+			keyless++
+		}
+		parts[p] = append(parts[p], r)
+	}
+	return parts
+}
+
 // CheckSpec validates spec as PutJob would, without starting anything,
 // and returns it with its defaults filled in: for a cluster, which stores
 // the spec before any node runs it.

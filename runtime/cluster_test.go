@@ -160,3 +160,42 @@ func TestCheckSpecRefusesWhatClusterModeCannotDo(t *testing.T) {
 		}
 	}
 }
+
+// Route splits records as ingest does: an event with a key goes to its
+// key's partition, and the keyless ones in turn from partition 0, the
+// same way every time (a cluster forwards records under ids that must
+// repeat).
+func TestRouteSplitsByKeyAndAlike(t *testing.T) {
+	e := testEngine(t, Config{})
+	mustPut(t, e, Spec{Name: "j", Kind: "heavy_hitters", Input: "s", Partitions: 3, Params: map[string]any{"field": "item", "key_field": "user"}})
+	j, err := e.Job("j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []Record
+	for i := range 12 {
+		r := Record{Values: []string{fmt.Sprint("item-", i)}}
+		if i%2 == 0 {
+			r.Key = fmt.Sprint("user-", i)
+		}
+		recs = append(recs, r)
+	}
+	parts := j.Route(recs)
+	keyless := 0
+	for p, rs := range parts {
+		for _, r := range rs {
+			switch {
+			case r.Key != "" && p != j.partitionFor(r.Key):
+				t.Fatalf("key %q routed to %d, ingest routes it to %d", r.Key, p, j.partitionFor(r.Key))
+			case r.Key == "":
+				keyless++
+			}
+		}
+	}
+	if keyless != 6 || len(parts[0])+len(parts[1])+len(parts[2]) != 12 {
+		t.Fatalf("routed %v", parts)
+	}
+	if again := j.Route(recs); !reflect.DeepEqual(parts, again) {
+		t.Fatalf("the same records routed differently:\n%v\n%v", parts, again)
+	}
+}

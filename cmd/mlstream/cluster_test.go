@@ -411,19 +411,27 @@ func TestClusterRestartedNodeRejoins(t *testing.T) {
 // Two nodes use an external NATS server (built from the module we
 // embed) instead of the embedded one.
 func TestClusterOnExternalNATS(t *testing.T) {
+	url, nodes := startExternalPair(t)
+	u0, u1 := nodes[0].url(), nodes[1].url()
+	sent := mustPostRetrying(t, u1, "clicks", clickBody(0, 500)) + mustPostRetrying(t, u0, "clicks", clickBody(500, 500))
+	waitTotal(t, u0, "top", uint64(sent), 30*time.Second)
+	waitTotal(t, u1, "top", uint64(sent), 30*time.Second)
+	t.Run("sources", func(t *testing.T) { checkSources(t, url, u0, u1) })
+}
+
+// startExternalPair starts an external NATS server and two nodes on it,
+// and job top (hhSpec, 4 partitions) on both; it returns the server's URL.
+func startExternalPair(t *testing.T) (string, []*proc) {
+	t.Helper()
 	url := startNATSServer(t)
 	var nodes []*proc
 	for i := range 2 {
 		nodes = append(nodes, start(t, "serve", "--addr", freeAddr(t), "--data", t.TempDir(), "--node", nodeName(i),
 			"--nats", url, "--lease-ttl", clusterTTL, "--partitions", "4"))
 	}
-	u0, u1 := nodes[0].url(), nodes[1].url()
-	putJobAt(t, u0, strings.Replace(hhSpec, `"partitions":6`, `"partitions":4`, 1))
-	getJob(t, u1, "top", nil)
-	sent := mustPostRetrying(t, u1, "clicks", clickBody(0, 500)) + mustPostRetrying(t, u0, "clicks", clickBody(500, 500))
-	waitTotal(t, u0, "top", uint64(sent), 30*time.Second)
-	waitTotal(t, u1, "top", uint64(sent), 30*time.Second)
-	t.Run("sources", func(t *testing.T) { checkSources(t, url, u0, u1) })
+	putJobAt(t, nodes[0].url(), strings.Replace(hhSpec, `"partitions":6`, `"partitions":4`, 1))
+	getJob(t, nodes[1].url(), "top", nil)
+	return url, nodes
 }
 
 // checkSources: jobs read events that another system publishes to a

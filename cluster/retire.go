@@ -1,0 +1,196 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/mlstream/mlstream/runtime"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Retiring the incarnation a rescale replaced. Its input streams are not
+// simply deleted at the commit: a node that passed the seal's check and
+// then stalled past its lease (SIGSTOP, a long pause) is not asked to
+// confirm the seal, and may still publish a request into them after the
+// drain, which JetStream would acknowledge. So, once every node runs the
+// new layout:
+//
+//  1. the old input streams are sealed: JetStream refuses every publish
+//     into them from then on, and a late request fails (its client
+//     retries, into the new layout) instead of being acknowledged;
+//  2. every message stored after the drain's last one of its partition (a
+//     straggler) is forwarded into the new layout, routed as ingest
+//     routes it, under message ids made from its position, so that a
+//     second forwarding (by another node) is dropped as a duplicate;
+//  3. the old streams and state are deleted;
+//  4. the job's entry forgets the retirement.
+//
+// The entry keeps what that needs (retirement) until step 4, so that a
+// coordinator that dies after the commit leaves the work to any node
+// (reconcile, after retireGrace), and a new rescale of the job first
+// finishes it.
+
+// retirement is what a job's entry keeps of the incarnation it replaced
+// (jobRecord.Previous) until its streams are retired.
+type retirement struct {
+	Partitions int `json:"partitions"`
+	// Ends are the stream sequences of each old partition's last message
+	// at the drain: what came after them is forwarded.
+	Ends []uint64  `json:"ends"`
+	At   time.Time `json:"at"`
+}
+
+// retireGrace is how long after a commit another node takes over a
+// retirement that the coordinator has not finished: the coordinator
+// waits up to applyWait for the nodes to run the new layout first.
+const retireGrace = applyWait + everyNodeWait
+
+// previous is the incarnation rec replaced, as a record of its own.
+func (rec jobRecord) previous() jobRecord {
+	old := rec
+	old.Spec.Partitions, old.Incarnation = rec.Retire.Partitions, rec.Previous
+	old.Retire, old.Rescale = nil, nil
+	return old
+}
+
+// retirePrevious retires the incarnation job name's entry says it
+// replaced, if it has not been yet. One at a time per job on a node.
+func (n *Node) retirePrevious(ctx context.Context, name string) error {
+	if _, busy := n.retiring.LoadOrStore(name, struct{}{}); busy {
+		return fmt.Errorf("job %q: its previous layout is being retired here", name)
+	}
+	defer n.retiring.Delete(name)
+	rec, _, err := n.readJobEntry(ctx, name)
+	if err != nil || rec.Retire == nil {
+		return err
+	}
+	old := rec.previous()
+	if err := n.sealStreams(ctx, old); err != nil {
+		return err
+	}
+	forwarded, err := n.forwardStragglers(ctx, rec)
+	if err != nil {
+		return fmt.Errorf("forwarding the events stored after the drain: %w", err)
+	}
+	n.removeJobData(ctx, old)
+	if err := n.forgetRetirement(ctx, name, rec.Incarnation); err != nil {
+		return err
+	}
+	n.log.Info("previous layout retired", "job", name, "incarnation", old.Incarnation, "partitions", old.Spec.Partitions,
+		"forwarded_events", forwarded)
+	return nil
+}
+
+// sealStreams seals old's input streams (those already gone are passed
+// over): JetStream stores nothing more in them.
+func (n *Node) sealStreams(ctx context.Context, old jobRecord) error {
+	for _, sc := range newJobState(n, old).streamConfigs() {
+		sc.Sealed = true
+		if _, err := n.js.UpdateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("sealing stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+// forwardStragglers publishes into the job's current layout the events of
+// every message of the previous one stored after the drain; it returns
+// how many events that was.
+func (n *Node) forwardStragglers(ctx context.Context, rec jobRecord) (int, error) {
+	old := rec.previous()
+	oldID := jobID(old.Spec.Name, old.Incarnation)
+	g := groups(old.Spec.Partitions, n.cfg.StreamGroups)
+	total := 0
+	for p, end := range rec.Retire.Ends {
+		s, err := n.js.Stream(ctx, inputStream(oldID, p%g))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return total, err
+		}
+		for seq := end + 1; ; {
+			m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(inputSubject(oldID, p)))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				break
+			}
+			if err != nil {
+				return total, err
+			}
+			k, err := n.forward(ctx, rec.Spec.Name, "fwd."+oldID+"."+strconv.FormatUint(m.Sequence, 10), m.Data)
+			if err != nil {
+				return total, err
+			}
+			total += k
+			seq = m.Sequence + 1
+		}
+	}
+	return total, nil
+}
+
+// forward publishes the events of one old message into job name's current
+// layout, under ingest key key; it returns how many there were. A message
+// that does not decode held nothing any partition could have counted.
+func (n *Node) forward(ctx context.Context, name, key string, data []byte) (int, error) {
+	l, err := runtime.DecodeLogged(data)
+	if err != nil {
+		n.log.Warn("a message of a retired layout does not decode: not forwarded", "job", name, "key", key, "err", err)
+		return 0, nil
+	}
+	defer l.Release()
+	ctx = runtime.WithIngestKey(ctx, key)
+	for {
+		j, err := n.engine.Job(name)
+		if err == nil {
+			if err = n.Publish(ctx, j, j.Route(l.Recs)); err == nil {
+				return len(l.Recs), nil
+			}
+		}
+		if !errors.Is(err, runtime.ErrBusy) || ctx.Err() != nil {
+			return 0, err
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+// forgetRetirement clears the retirement of incarnation inc from job
+// name's entry (changed meanwhile: read again).
+func (n *Node) forgetRetirement(ctx context.Context, name, inc string) error {
+	for {
+		rec, rev, err := n.readJobEntry(ctx, name)
+		if err != nil || rec.Incarnation != inc || rec.Retire == nil {
+			return err
+		}
+		rec.Retire = nil
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		if _, err = n.jobsKV.Update(ctx, name, data, rev); err == nil || !isWrongRevision(err) {
+			return err
+		}
+	}
+}
+
+// retireStale takes over the retirement of job entry e's previous layout
+// when its coordinator has not finished it within retireGrace.
+func (n *Node) retireStale(e jetstream.KeyValueEntry) {
+	var rec jobRecord
+	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &rec) != nil || rec.Retire == nil ||
+		rec.Rescale != nil || time.Since(rec.Retire.At) < retireGrace {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		ctx, cancel := context.WithTimeout(n.ctx, applyWait)
+		defer cancel()
+		if err := n.retirePrevious(ctx, e.Key()); err != nil {
+			n.log.Warn("retiring a rescaled job's previous layout", "job", e.Key(), "err", err)
+		}
+	}()
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mlstream/mlstream/runtime"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A node that stalls during a rescale (SIGSTOP past its lease) and then
+// publishes into the replaced layout's stream after the drain: JetStream
+// acknowledges that request, so its events must not be lost with the old
+// streams. The test plays the late node: it publishes a message to the
+// old layout's subject after the coordinator drained (while the other
+// node is stopped, so the coordinator waits for it before it retires the
+// old layout). The events are forwarded into the new layout and counted
+// once on every node; afterwards the old streams are gone and a publish
+// into the old subject is refused, not acknowledged.
+func TestClusterRescaleForwardsLateEvents(t *testing.T) {
+	url, nodes := startExternalPair(t)
+	u0, u1 := nodes[0].url(), nodes[1].url()
+	sent := mustPostRetrying(t, u1, "clicks", clickBody(0, 500))
+	waitTotal(t, u0, "top", uint64(sent), 30*time.Second)
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldStreams := inputStreamsOf(t, js, "top")
+	subj, late := storedMessage(t, js, oldStreams)
+	logged, err := runtime.DecodeLogged(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateEvents := len(logged.Recs)
+	logged.Release()
+
+	done := make(chan int, 1)
+	go func() {
+		code, _ := patchPartitions(t, u0, "top", 2)
+		done <- code
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(nodes[0].output(), "rescale: drained; moving the state") {
+		if time.Now().After(deadline) {
+			t.Fatal("the coordinator did not drain within 60s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	// The other node stalls: the coordinator, once committed, waits for
+	// it (up to 10 s) before it retires the old layout.
+	if err := nodes[1].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = nodes[1].cmd.Process.Signal(syscall.SIGCONT) }()
+	if _, err := js.Publish(t.Context(), subj, late, jetstream.WithMsgID("late-request")); err != nil {
+		t.Fatalf("the late request was refused before the old layout was retired: %v", err)
+	}
+	sent += lateEvents
+	if err := nodes[1].cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("PATCH answered %d", code)
+	}
+	waitUntil(t, 60*time.Second, "the old layout retired", func() bool {
+		return strings.Contains(nodes[0].output(), "previous layout retired") || strings.Contains(nodes[1].output(), "previous layout retired")
+	})
+	fwd := regexp.MustCompile(`previous layout retired.*forwarded_events=(\d+)`).FindStringSubmatch(nodes[0].output() + nodes[1].output())
+	if fwd == nil || fwd[1] != strconv.Itoa(lateEvents) {
+		t.Fatalf("want the %d late events forwarded, the log says %v", lateEvents, fwd)
+	}
+	for _, u := range []string{u0, u1} {
+		waitTotal(t, u, "top", uint64(sent), 30*time.Second)
+	}
+	if left := inputStreamsOf(t, js, "top"); len(left) == 0 || slices.ContainsFunc(left, func(n string) bool { return slices.Contains(oldStreams, n) }) {
+		t.Fatalf("input streams after the rescale: %v (before: %v), want only the new layout's", left, oldStreams)
+	}
+	_, err = js.Publish(t.Context(), subj, late, jetstream.WithMsgID("later-request"))
+	if err == nil {
+		t.Fatal("a publish into the retired layout's subject was acknowledged")
+	}
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
+		t.Logf("publish into the retired subject: %v", err)
+	}
+	// Nothing more was counted.
+	sent += mustPostRetrying(t, u0, "clicks", clickBody(500, 100))
+	for _, u := range []string{u0, u1} {
+		waitTotal(t, u, "top", uint64(sent), 30*time.Second)
+	}
+}
+
+// inputStreamsOf are the names of job's input streams in JetStream.
+func inputStreamsOf(t *testing.T, js jetstream.JetStream, job string) []string {
+	t.Helper()
+	var out []string
+	names := js.StreamNames(t.Context())
+	for n := range names.Name() {
+		if strings.HasPrefix(n, "MLS_IN_"+job+"_") {
+			out = append(out, n)
+		}
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// storedMessage is a subject of streams and the data of a message stored
+// on it.
+func storedMessage(t *testing.T, js jetstream.JetStream, streams []string) (subject string, data []byte) {
+	t.Helper()
+	for _, name := range streams {
+		s, err := js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, subj := range s.CachedInfo().Config.Subjects {
+			m, err := s.GetLastMsgForSubject(t.Context(), subj)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return subj, m.Data
+		}
+	}
+	t.Fatalf("no message stored in streams %v", streams)
+	return "", nil
+}
