@@ -35,8 +35,10 @@ type jobBatch struct {
 	// one partition, starting at rr; keyless counts them.
 	sticky  bool
 	keyless uint64
-	// spreading: the job spreads hot keys (SpreadSpec).
-	spreading bool
+	// spreading: the job spreads hot keys (SpreadSpec), single-node from
+	// its hot set as events come; spreadsRequest: in cluster mode, from
+	// this request's own hot keys once it is whole (spreadRequestHot).
+	spreading, spreadsRequest bool
 	side      uint8      // of a join: which of its streams this is
 	parts     [][]Record // per partition
 	arena     arena
@@ -70,7 +72,8 @@ func (e *Engine) NewBatch(stream string) (*Batch, error) {
 	b := &Batch{e: e, stream: stream, now: now, nowMs: now.UnixMilli()}
 	for _, j := range readers {
 		jb := newJobBatch(j)
-		jb.spreading, jb.sticky, jb.rr = j.keys.above > 0, e.cfg.Cluster != nil, j.rr.Add(1)
+		jb.sticky, jb.rr = e.cfg.Cluster != nil, j.rr.Add(1)
+		jb.spreading, jb.spreadsRequest = j.keys.above > 0 && !jb.sticky, j.keys.above > 0 && jb.sticky
 		if j.spec.Right == stream {
 			jb.side = 1
 		}
@@ -299,6 +302,9 @@ func (jb *jobBatch) rebind(j *Job) {
 func (b *Batch) publish(ctx context.Context) (int, error) {
 	defer b.releaseBuffers()
 	for _, jb := range b.jobs {
+		if jb.spreadsRequest {
+			jb.spreadRequestHot()
+		}
 		if err := b.e.cfg.Cluster.Publish(ctx, jb.job, jb.parts); err != nil {
 			reason := "unavailable"
 			if errors.Is(err, ErrBusy) {
@@ -311,6 +317,62 @@ func (b *Batch) publish(ctx context.Context) (int, error) {
 	}
 	b.e.metrics.accepted(b.stream, b.events)
 	return b.events, nil
+}
+
+// spreadMin is the fewest events of one key in one request that a
+// cluster spreads (with its share above spread.above): a request of a few
+// events has no hot key.
+const spreadMin = 32
+
+// spreadRequestHot spreads the request's hot keys (cluster mode): a key
+// whose events in this request are at least spreadMin and at least
+// spread.above of its keyed events has them sent round robin over every
+// partition, from a partition given by the request's round robin. A
+// cluster drops the messages of a retried request by ids that assume it
+// splits as its first attempt did, on whatever node: hotness judged from
+// the request alone, and a start from its idempotency key (SetKey), make
+// the split a function of the request.
+func (jb *jobBatch) spreadRequestHot() {
+	n := len(jb.parts)
+	if n == 1 {
+		return
+	}
+	counts := map[string]int{}
+	keyed := 0
+	for _, recs := range jb.parts {
+		for i := range recs {
+			if k := recs[i].Key; k != "" {
+				counts[k]++
+				keyed++
+			}
+		}
+	}
+	hot := map[string]bool{}
+	for k, c := range counts {
+		if c >= spreadMin && float64(c) >= jb.job.keys.above*float64(keyed) {
+			hot[k] = true
+		}
+	}
+	if len(hot) == 0 {
+		return
+	}
+	parts := make([][]Record, n)
+	next := int(jb.rr % uint64(n))
+	moved := 0
+	for p, recs := range jb.parts {
+		for _, r := range recs {
+			to := p
+			if hot[r.Key] {
+				to, next = next, (next+1)%n
+				if to != p {
+					moved++
+				}
+			}
+			parts[to] = append(parts[to], r)
+		}
+	}
+	jb.parts = parts
+	jb.job.keys.spreadRequest(hot, moved)
 }
 
 // shedLoad drops part of the records of jobs with load shedding whose

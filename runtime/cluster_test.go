@@ -53,17 +53,19 @@ func TestKeyedRequestsSplitAlike(t *testing.T) {
 
 // publishedSizes is a Cluster that records how many events of each
 // request went to each partition.
-type publishedSizes struct{ reqs [][]int }
+type publishedSizes struct{ publishedKeys }
 
-func (*publishedSizes) Attach(*Job) error { return nil }
-func (*publishedSizes) Detach(*Job)       {}
-func (c *publishedSizes) Publish(_ context.Context, _ *Job, parts [][]Record) error {
-	sizes := make([]int, len(parts))
-	for p, recs := range parts {
-		sizes[p] = len(recs)
+// sizes are the requests' events per partition.
+func (c *publishedSizes) sizes() [][]int {
+	var out [][]int
+	for _, keys := range c.reqs {
+		sizes := make([]int, len(keys))
+		for p, k := range keys {
+			sizes[p] = len(k)
+		}
+		out = append(out, sizes)
 	}
-	c.reqs = append(c.reqs, sizes)
-	return nil
+	return out
 }
 
 // In cluster mode a request's keyless events go to one partition in runs
@@ -123,7 +125,7 @@ func TestClusterModeSticksKeylessEventsToAPartition(t *testing.T) {
 	post("k", 2*stickyRun+10, false)
 	post("", 1000, true)
 	postFast(1000)
-	r := pub.reqs
+	r := pub.sizes()
 	if nonEmpty(r[0]) != 1 || nonEmpty(r[1]) != 1 || reflect.DeepEqual(r[0], r[1]) {
 		t.Errorf("two keyless requests of 1,000 events: %v and %v, want each on one partition, not the same", r[0], r[1])
 	}
@@ -151,7 +153,6 @@ func TestCheckSpecRefusesWhatClusterModeCannotDo(t *testing.T) {
 		field string
 	}{
 		{Spec{Name: "a", Kind: "heavy_hitters", Input: "s", Params: map[string]any{"field": "f"}, Autoscale: &AutoscaleSpec{Max: 4}}, "autoscale"},
-		{Spec{Name: "s", Kind: "heavy_hitters", Input: "s", Params: map[string]any{"field": "f"}, Spread: &SpreadSpec{}}, "spread"},
 	} {
 		_, err := e.CheckSpec(tc.spec)
 		var se *SpecError
@@ -197,5 +198,89 @@ func TestRouteSplitsByKeyAndAlike(t *testing.T) {
 	}
 	if again := j.Route(recs); !reflect.DeepEqual(parts, again) {
 		t.Fatalf("the same records routed differently:\n%v\n%v", parts, again)
+	}
+}
+
+// publishedKeys is a Cluster that records the keys of each request's
+// records, by partition.
+type publishedKeys struct{ reqs [][][]string }
+
+func (*publishedKeys) Attach(*Job) error { return nil }
+func (*publishedKeys) Detach(*Job)       {}
+func (c *publishedKeys) Publish(_ context.Context, _ *Job, parts [][]Record) error {
+	keys := make([][]string, len(parts))
+	for p, recs := range parts {
+		for _, r := range recs {
+			keys[p] = append(keys[p], r.Key)
+		}
+	}
+	c.reqs = append(c.reqs, keys)
+	return nil
+}
+
+// In cluster mode a job with spread spreads the keys hot in a request
+// (at least spreadMin events and spread.above of its keyed events) over
+// every partition, the other keys by key; a retry of the request with its
+// idempotency key splits exactly as the first attempt, whatever came
+// between; a request of few events spreads nothing.
+func TestClusterSpreadsARequestsHotKeysAlike(t *testing.T) {
+	pub := &publishedKeys{}
+	e := testEngine(t, Config{Cluster: pub})
+	mustPut(t, e, Spec{Name: "j", Kind: "heavy_hitters", Input: "s", Partitions: 4, Spread: &SpreadSpec{Above: 0.1},
+		Params: map[string]any{"field": "item", "key_field": "user"}})
+	j, _ := e.Job("j")
+	post := func(key string, events int) [][]string {
+		b, err := e.NewBatch("s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.SetKey(key)
+		var p fastjson.Parser
+		for i := range events {
+			user := fmt.Sprint("u", i) // a cool key each
+			if i%10 < 3 {
+				user = "hot" // 30% of the request
+			}
+			v, _ := p.Parse(fmt.Sprintf(`{"item":"i%d","user":%q}`, i, user))
+			if err := b.Add(v, i+1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return pub.reqs[len(pub.reqs)-1]
+	}
+	first := post("req-1", 1000)
+	for p, keys := range first {
+		hot := 0
+		for _, k := range keys {
+			switch {
+			case k == "hot":
+				hot++
+			case p != j.partitionFor(k):
+				t.Fatalf("cool key %q went to partition %d, not its own %d", k, p, j.partitionFor(k))
+			}
+		}
+		if hot != 75 {
+			t.Errorf("partition %d got %d of the hot key's 300 events, want 75 (round robin)", p, hot)
+		}
+	}
+	post("", 1000)    // the job's round robin moves on
+	post("other", 50) // and its spread status
+	if again := post("req-1", 1000); !reflect.DeepEqual(first, again) {
+		t.Fatal("two attempts of a request with a hot key split differently")
+	}
+	small := post("small", 40) // 12 events of the hot key: under spreadMin
+	for p, keys := range small {
+		for _, k := range keys {
+			if p != j.partitionFor(k) {
+				t.Fatalf("a request of 40 events spread key %q", k)
+			}
+		}
+	}
+	st := j.Status(false)
+	if sp := st.Elastic.Skew.Spread; sp == nil || !slices.Equal(sp.Keys, []string{"hot"}) || sp.Events == 0 {
+		t.Errorf("spread status %+v, want key hot and the events moved", sp)
 	}
 }

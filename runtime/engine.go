@@ -211,8 +211,6 @@ func (e *Engine) checkMode(spec Spec) error {
 	switch {
 	case spec.Source != nil && !clustered:
 		return &SpecError{"source", "a NATS source needs cluster mode (serve with --cluster or --nats)"}
-	case spec.Spread != nil && clustered:
-		return &SpecError{"spread", "not supported in cluster mode yet: a retried request must split over the partitions as its first attempt did"}
 	case spec.Autoscale != nil && clustered:
 		if _, ok := e.cfg.Cluster.(ClusterAutoscaling); !ok {
 			return &SpecError{"autoscale", "this cluster cannot rescale its jobs"}

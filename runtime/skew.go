@@ -115,6 +115,14 @@ func (k *keySketch) isHot(key string) bool {
 	return false
 }
 
+// spreadRequest records what a cluster's request spread (keys hot in
+// the request, events moved off their key's partition): the status's
+// spread keys are the last spreading request's.
+func (k *keySketch) spreadRequest(hot map[string]bool, moved int) {
+	k.hot.Store(&hot)
+	k.spread.Add(uint64(moved))
+}
+
 // renewHot recomputes the hot set from the summary (k.mu held).
 func (k *keySketch) renewHot() {
 	hot := map[string]bool{}
