@@ -39,9 +39,10 @@ type jobBatch struct {
 	// its hot set as events come; spreadsRequest: in cluster mode, from
 	// this request's own hot keys once it is whole (spreadRequestHot).
 	spreading, spreadsRequest bool
-	side      uint8      // of a join: which of its streams this is
-	parts     [][]Record // per partition
-	arena     arena
+
+	side  uint8      // of a join: which of its streams this is
+	parts [][]Record // per partition
+	arena arena
 	// bufs lend parts and the arena's features and values their arrays.
 	bufs      *buffers
 	shedStats shedStats
