@@ -306,6 +306,8 @@ func (b *Batch) publish(ctx context.Context) (int, error) {
 		if jb.spreadsRequest {
 			jb.spreadRequestHot()
 		}
+		// The keys this node takes in, for elastic.skew.hot_keys.
+		jb.job.keys.observe(jb.parts)
 		if err := b.e.cfg.Cluster.Publish(ctx, jb.job, jb.parts); err != nil {
 			reason := "unavailable"
 			if errors.Is(err, ErrBusy) {

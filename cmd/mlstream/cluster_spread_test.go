@@ -43,8 +43,9 @@ func TestClusterSpreadsHotKeys(t *testing.T) {
 			var st struct {
 				Elastic struct {
 					Skew struct {
-						Events []uint64
-						Spread *struct{ Keys []string }
+						Events  []uint64
+						Spread  *struct{ Keys []string }
+						HotKeys []struct{ Key string } `json:"hot_keys"`
 					}
 				}
 			}
@@ -59,6 +60,9 @@ func TestClusterSpreadsHotKeys(t *testing.T) {
 			imbalance[job] = float64(most) / (float64(total) / 4)
 			if job == "even" && (st.Elastic.Skew.Spread == nil || !slices.Equal(st.Elastic.Skew.Spread.Keys, []string{"hot"})) {
 				t.Fatalf("spread status %+v, want key hot", st.Elastic.Skew.Spread)
+			}
+			if hk := st.Elastic.Skew.HotKeys; len(hk) == 0 || hk[0].Key != "hot" {
+				t.Fatalf("hot keys %+v, want hot first (the keys the node took in)", hk)
 			}
 			return true
 		})
