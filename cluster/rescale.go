@@ -86,11 +86,8 @@ func (n *Node) rescale(ctx context.Context, name string, partitions int, reason 
 	if rec.Retire != nil {
 		// The layout before this one is not retired yet: first that, so
 		// that its late events are not left behind in two layouts.
-		if err := n.retirePrevious(ctx, name); err != nil {
-			return runtime.RescaleReport{}, fmt.Errorf("%w: job %q: %v", runtime.ErrRescaling, name, err)
-		}
-		if rec, rev, err = n.readJobEntry(ctx, name); err != nil {
-			return runtime.RescaleReport{}, runtime.ErrUnknownJob
+		if rec, rev, err = n.retirePrevious(ctx, name); err != nil {
+			return runtime.RescaleReport{}, fmt.Errorf("%w: job %q: retiring its layout before: %v", runtime.ErrRescaling, name, err)
 		}
 	}
 	r := &clusterRescale{n: n, st: st, old: rec, rev: rev, spec: spec, rep: runtime.RescaleReport{From: rec.Spec.Partitions, To: partitions,
@@ -214,21 +211,35 @@ func (r *clusterRescale) sealed() jobRecord {
 	return rec
 }
 
-// mark puts the rescale mark on the job's entry.
+// mark puts the rescale mark on the job's entry. The entry read before
+// may have been a replica's, a write behind: on a wrong revision, an entry
+// that still names the incarnation the rescale started from, unmarked, is
+// marked at its revision.
 func (r *clusterRescale) mark(ctx context.Context) error {
 	data, err := json.Marshal(r.sealed())
 	if err != nil {
 		return err
 	}
-	rev, err := r.n.jobsKV.Update(ctx, r.old.Spec.Name, data, r.rev)
-	if err != nil {
-		if isWrongRevision(err) {
-			return fmt.Errorf("%w: job %q changed meanwhile", runtime.ErrRescaling, r.old.Spec.Name)
+	for range 5 {
+		rev, err := r.n.jobsKV.Update(ctx, r.old.Spec.Name, data, r.rev)
+		if err == nil {
+			r.rev = rev
+			return nil
 		}
-		return err
+		if !isWrongRevision(err) {
+			return err
+		}
+		sleep(ctx, 20*time.Millisecond)
+		now, rev, err := r.n.readJobEntry(ctx, r.old.Spec.Name)
+		if err != nil {
+			return err
+		}
+		if now.Incarnation != r.old.Incarnation || now.Rescale != nil {
+			break
+		}
+		r.rev = rev
 	}
-	r.rev = rev
-	return nil
+	return fmt.Errorf("%w: job %q changed meanwhile", runtime.ErrRescaling, r.old.Spec.Name)
 }
 
 // seal waits until every live node holds the job's ingest.
@@ -419,7 +430,7 @@ func (r *clusterRescale) finish(ctx context.Context) {
 		r.n.log.Warn("rescaled job not running here yet", "job", r.spec.Name, "err", err)
 	}
 	r.n.waitEveryNode(ctx, r.spec.Name, r.next.Incarnation, true)
-	if err := r.n.retirePrevious(ctx, r.spec.Name); err != nil {
+	if _, _, err := r.n.retirePrevious(ctx, r.spec.Name); err != nil {
 		r.n.log.Warn("retiring the previous layout (another node will)", "job", r.spec.Name, "err", err)
 	}
 	r.n.log.Info("job rescaled in the cluster", "job", r.spec.Name, "from", r.rep.From, "to", r.rep.To,
@@ -555,6 +566,7 @@ func (st *jobState) replace(old *jobState) {
 	<-old.started
 	old.stopSource()
 	old.releaseAll(false)
+	st.n.decisions.forget(old.id)
 	var rep runtime.RescaleReport
 	if st.rescaled != nil {
 		rep = *st.rescaled

@@ -58,31 +58,55 @@ func (rec jobRecord) previous() jobRecord {
 }
 
 // retirePrevious retires the incarnation job name's entry says it
-// replaced, if it has not been yet. One at a time per job on a node.
-func (n *Node) retirePrevious(ctx context.Context, name string) error {
-	if _, busy := n.retiring.LoadOrStore(name, struct{}{}); busy {
-		return fmt.Errorf("job %q: its previous layout is being retired here", name)
+// replaced, if it has not been yet, and returns the entry as it left it
+// and its revision. One retirement of a job at a time on a node: it waits
+// for one under way.
+func (n *Node) retirePrevious(ctx context.Context, name string) (jobRecord, uint64, error) {
+	unlock, ok := n.lockRetirement(ctx, name, true)
+	if !ok {
+		return jobRecord{}, 0, ctx.Err()
 	}
-	defer n.retiring.Delete(name)
-	rec, _, err := n.readJobEntry(ctx, name)
+	defer unlock()
+	rec, rev, err := n.readJobEntry(ctx, name)
 	if err != nil || rec.Retire == nil {
-		return err
+		return rec, rev, err
 	}
 	old := rec.previous()
 	if err := n.sealStreams(ctx, old); err != nil {
-		return err
+		return rec, rev, err
 	}
 	forwarded, err := n.forwardStragglers(ctx, rec)
 	if err != nil {
-		return fmt.Errorf("forwarding the events stored after the drain: %w", err)
+		return rec, rev, fmt.Errorf("forwarding the events stored after the drain: %w", err)
 	}
 	n.removeJobData(ctx, old)
-	if err := n.forgetRetirement(ctx, name, rec.Incarnation); err != nil {
-		return err
+	if rec, rev, err = n.forgetRetirement(ctx, name, rec.Incarnation); err != nil {
+		return rec, rev, err
 	}
 	n.log.Info("previous layout retired", "job", name, "incarnation", old.Incarnation, "partitions", old.Spec.Partitions,
 		"forwarded_events", forwarded)
-	return nil
+	return rec, rev, nil
+}
+
+// lockRetirement takes job name's retirement lock on this node, waiting
+// (until ctx ends) or not; ok=false when it was not taken.
+func (n *Node) lockRetirement(ctx context.Context, name string, wait bool) (unlock func(), ok bool) {
+	v, _ := n.retiring.LoadOrStore(name, make(chan struct{}, 1))
+	lock := v.(chan struct{})
+	if wait {
+		select {
+		case lock <- struct{}{}:
+		case <-ctx.Done():
+			return nil, false
+		}
+	} else {
+		select {
+		case lock <- struct{}{}:
+		default:
+			return nil, false
+		}
+	}
+	return func() { <-lock }, true
 }
 
 // sealStreams seals old's input streams (those already gone are passed
@@ -158,20 +182,27 @@ func (n *Node) forward(ctx context.Context, name, key string, data []byte) (int,
 }
 
 // forgetRetirement clears the retirement of incarnation inc from job
-// name's entry (changed meanwhile: read again).
-func (n *Node) forgetRetirement(ctx context.Context, name, inc string) error {
+// name's entry and returns the entry and its revision after that. A read
+// may be a replica's, a write or two behind: on a wrong revision it reads
+// again, a moment later.
+func (n *Node) forgetRetirement(ctx context.Context, name, inc string) (jobRecord, uint64, error) {
 	for {
 		rec, rev, err := n.readJobEntry(ctx, name)
 		if err != nil || rec.Incarnation != inc || rec.Retire == nil {
-			return err
+			return rec, rev, err
 		}
 		rec.Retire = nil
 		data, err := json.Marshal(rec)
 		if err != nil {
-			return err
+			return rec, rev, err
 		}
-		if _, err = n.jobsKV.Update(ctx, name, data, rev); err == nil || !isWrongRevision(err) {
-			return err
+		rev, err = n.jobsKV.Update(ctx, name, data, rev)
+		if err == nil || !isWrongRevision(err) {
+			return rec, rev, err
+		}
+		sleep(ctx, 20*time.Millisecond)
+		if ctx.Err() != nil {
+			return rec, rev, ctx.Err()
 		}
 	}
 }
@@ -184,12 +215,17 @@ func (n *Node) retireStale(e jetstream.KeyValueEntry) {
 		rec.Rescale != nil || time.Since(rec.Retire.At) < retireGrace {
 		return
 	}
+	unlock, ok := n.lockRetirement(n.ctx, e.Key(), false)
+	if !ok {
+		return // under way here
+	}
+	unlock()
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		ctx, cancel := context.WithTimeout(n.ctx, applyWait)
 		defer cancel()
-		if err := n.retirePrevious(ctx, e.Key()); err != nil {
+		if _, _, err := n.retirePrevious(ctx, e.Key()); err != nil {
 			n.log.Warn("retiring a rescaled job's previous layout", "job", e.Key(), "err", err)
 		}
 	}()
