@@ -2,10 +2,14 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	goruntime "runtime"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/mlstream/mlstream/runtime"
+	"github.com/nats-io/nats.go"
 )
 
 // The autoscaler in cluster mode (runtime.ClusterAutoscaling). Every node
@@ -15,7 +19,9 @@ import (
 // sequence number, processed, and busy time), caps the count at the
 // cores of the live nodes, says when more partitions are needed than the
 // cluster has cores (it needs another node), and rescales the job as a
-// PATCH would (rescale.go).
+// PATCH would (rescale.go). It announces each decision (core NATS,
+// decisionSubject), so that every node's status lists the job's
+// decisions, whichever node made them.
 
 var _ runtime.ClusterAutoscaling = (*Node)(nil)
 
@@ -75,4 +81,74 @@ func (n *Node) Routed(j *runtime.Job) ([]uint64, bool) {
 		out[p] = r.Offered
 	}
 	return out, true
+}
+
+// decisionSubject carries the autoscaler decisions of the deciding nodes.
+const decisionSubject = "mls.autoscale"
+
+// announced is one decision, as a deciding node announces it.
+type announced struct {
+	ID       string                    `json:"id"` // the job's incarnation's
+	Decision runtime.AutoscaleDecision `json:"decision"`
+}
+
+// decisionTable keeps the decisions announced for each job incarnation
+// (the last keepAnnounced of each).
+type decisionTable struct {
+	mu  sync.Mutex
+	by  map[string][]runtime.AutoscaleDecision
+	sub *nats.Subscription
+}
+
+const keepAnnounced = 20
+
+func (t *decisionTable) start(n *Node) error {
+	t.by = map[string][]runtime.AutoscaleDecision{}
+	var err error
+	t.sub, err = n.nc.Subscribe(decisionSubject, func(m *nats.Msg) {
+		var a announced
+		if json.Unmarshal(m.Data, &a) != nil || a.ID == "" {
+			return
+		}
+		t.mu.Lock()
+		ds := append(t.by[a.ID], a.Decision)
+		t.by[a.ID] = ds[max(0, len(ds)-keepAnnounced):]
+		t.mu.Unlock()
+	})
+	return err
+}
+
+func (t *decisionTable) stop() {
+	if t.sub != nil {
+		_ = t.sub.Unsubscribe()
+	}
+}
+
+// forget drops the decisions of a job incarnation that stopped here.
+func (t *decisionTable) forget(id string) {
+	t.mu.Lock()
+	delete(t.by, id)
+	t.mu.Unlock()
+}
+
+// AnnounceDecision is runtime.ClusterAutoscaling's.
+func (n *Node) AnnounceDecision(j *runtime.Job, d runtime.AutoscaleDecision) {
+	st := n.runningJob(j)
+	if st == nil {
+		return
+	}
+	if data, err := json.Marshal(announced{ID: st.id, Decision: d}); err == nil {
+		_ = n.nc.Publish(decisionSubject, data)
+	}
+}
+
+// AnnouncedDecisions is runtime.ClusterAutoscaling's.
+func (n *Node) AnnouncedDecisions(j *runtime.Job) []runtime.AutoscaleDecision {
+	st := n.runningJob(j)
+	if st == nil {
+		return nil
+	}
+	n.decisions.mu.Lock()
+	defer n.decisions.mu.Unlock()
+	return slices.Clone(n.decisions.by[st.id])
 }

@@ -127,6 +127,8 @@ type Node struct {
 	writer  *stateWriter
 	lags    lagTable
 	stats   nodeStats
+	// decisions are the autoscaler decisions the deciding nodes announced.
+	decisions decisionTable
 	// retiring holds the jobs whose previous layout this node is
 	// retiring (retire.go).
 	retiring sync.Map
@@ -174,6 +176,9 @@ func (n *Node) Start(ctx context.Context, engine *runtime.Engine) error {
 		return err
 	}
 	if err := n.lags.start(n); err != nil {
+		return err
+	}
+	if err := n.decisions.start(n); err != nil {
 		return err
 	}
 	leases, err := lease.New(ctx, lease.Config{Node: n.cfg.Node, Addr: n.cfg.Addr, JS: n.js, Replicas: n.cfg.Replicas,
@@ -262,6 +267,7 @@ func (n *Node) Close(ctx context.Context) error {
 		n.out.stop()
 	}
 	n.lags.stop()
+	n.decisions.stop()
 	n.wg.Wait()
 	if n.writer != nil {
 		n.writer.close()

@@ -402,6 +402,7 @@ func (n *Node) stopJob(name string) {
 	<-st.started
 	st.stopSource()
 	st.releaseAll(false)
+	n.decisions.forget(st.id)
 	if st.job != nil {
 		if err := n.engine.DeleteJob(name); err != nil && !errors.Is(err, runtime.ErrUnknownJob) {
 			n.log.Error("stopping a job deleted in the cluster", "job", name, "err", err)

@@ -382,7 +382,8 @@ func (e *Engine) autoscaleTick(ctx context.Context, lin *lineage, name string, n
 	if clustered {
 		var decides bool
 		if cur, decides = ca.AutoscaleSample(j, now); !decides {
-			return AutoscaleDecision{At: now, Partitions: len(j.parts), Target: len(j.parts), Action: "hold", Reason: "another node decides"}, nil
+			return a.recordAnnounced(ca.AnnouncedDecisions(j), AutoscaleDecision{At: now, Partitions: len(j.parts), Target: len(j.parts),
+				Action: "hold", Reason: "another node decides"}), nil
 		}
 		a.setCores(ca.Cores())
 	}
@@ -408,6 +409,9 @@ func (e *Engine) autoscaleTick(ctx context.Context, lin *lineage, name string, n
 		}
 	}
 	a.done(d, after, now)
+	if clustered {
+		ca.AnnounceDecision(j, d)
+	}
 	return d, nil
 }
 
@@ -423,6 +427,11 @@ type ClusterAutoscaling interface {
 	Cores() int
 	// RescaleDecided rescales the named job as the autoscaler decided (d).
 	RescaleDecided(ctx context.Context, name string, partitions int, reason string, d *AutoscaleDecision) (RescaleReport, error)
+	// AnnounceDecision tells every node the deciding node's decision d
+	// for job j; AnnouncedDecisions are those a node heard for j's
+	// layout, oldest first.
+	AnnounceDecision(j *Job, d AutoscaleDecision)
+	AnnouncedDecisions(j *Job) []AutoscaleDecision
 }
 
 func (a *autoscaler) setCores(n int) {
@@ -462,6 +471,22 @@ func (a *autoscaler) done(d AutoscaleDecision, after *LoadSample, now time.Time)
 		a.last = *after
 	}
 	a.record(d)
+}
+
+// recordAnnounced records the decisions another node announced that are
+// newer than the last recorded, and returns the newest (none: idle).
+func (a *autoscaler) recordAnnounced(ds []AutoscaleDecision, idle AutoscaleDecision) AutoscaleDecision {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, d := range ds {
+		if n := len(a.decisions); n == 0 || d.At.After(a.decisions[n-1].At) {
+			a.record(d)
+		}
+	}
+	if len(ds) == 0 {
+		return idle
+	}
+	return ds[len(ds)-1]
 }
 
 // rescaledBy notes a rescale of the job (by another node of a cluster,

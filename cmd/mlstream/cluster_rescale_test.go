@@ -249,8 +249,9 @@ func TestClusterKill9DuringRescale(t *testing.T) {
 // The autoscaler of a clustered job: one node (the owner of partition 0)
 // measures the job across the nodes and decides; with a trickle of
 // events on 4 partitions it scales the job down to its min on every node,
-// the decision (with the cluster's cores) in every node's status, and
-// every acknowledged event counted once.
+// the decision (with the cluster's cores) in every node's status, every
+// node lists the decider's later decisions too, and every acknowledged
+// event counted once.
 func TestClusterAutoscalerScalesDown(t *testing.T) {
 	c := startTestCluster(t, 3, "--autoscale-interval", "300ms")
 	putJobAt(t, c.url(0), `{"name":"auto","kind":"heavy_hitters","input":"clicks","partitions":4,"params":{"field":"item"},
@@ -277,6 +278,27 @@ func TestClusterAutoscalerScalesDown(t *testing.T) {
 		waitUntil(t, 90*time.Second, fmt.Sprintf("n%d running the job with 1 partition", i+1), func() bool {
 			n, _ := elasticOf(t, c.url(i), "auto")
 			return n == 1
+		})
+	}
+	// Every node lists the decider's decisions (it announces them), holds
+	// at the minimum included, not only those that led to a rescale.
+	for i := range 3 {
+		waitUntil(t, 30*time.Second, fmt.Sprintf("n%d listing the decider's holds", i+1), func() bool {
+			var st struct {
+				Elastic struct {
+					Autoscale struct {
+						Decisions []struct{ Action, Reason string }
+					}
+				}
+			}
+			getJob(t, c.url(i), "auto", &st)
+			holds := 0
+			for _, d := range st.Elastic.Autoscale.Decisions {
+				if d.Action == "hold" && d.Reason != "another node decides" && d.Reason != "first measure" {
+					holds++
+				}
+			}
+			return holds >= 2
 		})
 	}
 	close(stop)
