@@ -125,10 +125,27 @@ func (ps *partState) stop(graceful bool) {
 // took the partition over since. Marked orphaned, the partition starts
 // again if its lease turns out to be still this node's (Node.resumeOwned).
 func (ps *partState) fencedOff(token uint64) {
+	ps.stopOrphaned(token, "fenced off: a newer owner took the partition over", nil)
+}
+
+// startOver stops the run of token after a delta of it could not be
+// stored (err), for Node.resumeOwned to take the partition over again
+// from its last delta stored, which replays the events the lost one held.
+func (ps *partState) startOver(token uint64, err error) {
+	ps.stopOrphaned(token, "a delta was not stored: the partition starts over from its last delta", err)
+}
+
+// stopOrphaned stops the run of token, unless a newer run of this node
+// took the partition over since, and marks the partition orphaned.
+func (ps *partState) stopOrphaned(token uint64, why string, err error) {
 	if ps.token.Load() != token {
 		return
 	}
-	ps.st.n.log.Warn("fenced off: a newer owner took the partition over", append(ps.log(), "token", token)...)
+	args := append(ps.log(), "token", token)
+	if err != nil {
+		args = append(args, "err", err)
+	}
+	ps.st.n.log.Warn(why, args...)
 	ps.stop(false)
 	ps.orphaned.Store(true)
 }

@@ -254,13 +254,15 @@ func (s *sharing) send(p int, lastSeq uint64, delta []byte) error {
 	if !ps.owned.Load() {
 		return errNotOwned
 	}
+	token := ps.token.Load()
 	resume, skip, ok := ps.ring.position(lastSeq)
 	if !ok {
-		return fmt.Errorf("cluster: log position of event %d unknown", lastSeq)
+		err := fmt.Errorf("cluster: log position of event %d unknown", lastSeq)
+		go ps.startOver(token, err)
+		return err
 	}
 	m := nats.NewMsg(deltaSubject(s.st.id, p))
 	m.Data = delta
-	token := ps.token.Load()
 	s.stamp(m, token, position{rec: lastSeq, resume: resume, skip: skip})
 	seq, err := s.publish(m, ps.lastDelta.Load())
 	if errors.Is(err, errFenced) {
@@ -268,6 +270,13 @@ func (s *sharing) send(p int, lastSeq uint64, delta []byte) error {
 		return err
 	}
 	if err != nil {
+		// Not stored, and nobody else owns the partition: the partition
+		// drops its events from here (the delta's lastSeq would claim the
+		// lost ones), so the events the delta held must come again. Its run
+		// starts over from its last delta stored, as a take-over does
+		// (it dropped them for good, and its consumer stalled once its
+		// positions waited for a delta that never came).
+		go ps.startOver(token, err)
 		return err
 	}
 	ps.lastDelta.Store(seq)

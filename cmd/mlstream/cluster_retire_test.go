@@ -31,15 +31,7 @@ func TestClusterRescaleForwardsLateEvents(t *testing.T) {
 	sent := mustPostRetrying(t, u1, "clicks", clickBody(0, 500))
 	waitTotal(t, u0, "top", uint64(sent), 30*time.Second)
 
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := jetStreamAt(t, url)
 	oldStreams := inputStreamsOf(t, js, "top")
 	subj, late := storedMessage(t, js, oldStreams)
 	logged, err := runtime.DecodeLogged(late)

@@ -423,30 +423,43 @@ func TestClusterOnExternalNATS(t *testing.T) {
 // and job top (hhSpec, 4 partitions) on both; it returns the server's URL.
 func startExternalPair(t *testing.T) (string, []*proc) {
 	t.Helper()
+	return startExternalPairWith(t, strings.Replace(hhSpec, `"partitions":6`, `"partitions":4`, 1))
+}
+
+// startExternalPairWith is startExternalPair with the job of spec.
+func startExternalPairWith(t *testing.T, spec string) (string, []*proc) {
+	t.Helper()
 	url := startNATSServer(t)
 	var nodes []*proc
 	for i := range 2 {
 		nodes = append(nodes, start(t, "serve", "--addr", freeAddr(t), "--data", t.TempDir(), "--node", nodeName(i),
 			"--nats", url, "--lease-ttl", clusterTTL, "--partitions", "4"))
 	}
-	putJobAt(t, nodes[0].url(), strings.Replace(hhSpec, `"partitions":6`, `"partitions":4`, 1))
-	getJob(t, nodes[1].url(), "top", nil)
+	putJobAt(t, nodes[0].url(), spec)
+	getJob(t, nodes[1].url(), jobNameOf(t, spec), nil)
 	return url, nodes
+}
+
+// jetStreamAt connects to the NATS server at url (closed at the test's end).
+func jetStreamAt(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
 
 // checkSources: jobs read events that another system publishes to a
 // JetStream stream (at least once) and to a core NATS subject, including
 // a malformed message, which is refused and counted, not stuck.
 func checkSources(t *testing.T, natsURL, u0, u1 string) {
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := jetStreamAt(t, natsURL)
 	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "SHOP", Subjects: []string{"shop.>"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -603,7 +616,13 @@ func TestClusterBSPAcrossNodes(t *testing.T) {
 	defer func() {
 		if t.Failed() {
 			for i := range 3 {
-				t.Logf("node %d: %+v; cluster: %s", i+1, st[i], clusterJobsText(c.url(i)))
+				raw := getJob(t, c.url(i), "sync", &st[i]).Raw
+				var sections struct {
+					Consistency, Deltas, Partitions json.RawMessage
+				}
+				_ = json.Unmarshal(raw, &sections)
+				t.Logf("node %d: %+v; consistency %s; deltas %s; partitions %s; cluster: %s", i+1, st[i], sections.Consistency,
+					sections.Deltas, sections.Partitions, clusterJobsText(c.url(i)))
 			}
 		}
 	}()

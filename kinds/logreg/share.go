@@ -208,9 +208,11 @@ func (p *logregPart) deltaSent(now time.Time, withMetrics bool) {
 	}
 }
 
-// sendFailed forgets the updates of a delta that was not sent. The
-// partition's next owner replays its events: no later delta of this one
-// may claim them (replayed), and its metrics are retried in metricsEvery.
+// sendFailed forgets the updates of a delta that was not sent. Its events
+// come again: the partition's next owner replays them, or, when this node
+// keeps the partition, its run starts over from its last delta (the
+// cluster's send does that); no later delta of this run may claim them
+// (replayed), and its metrics are retried in metricsEvery.
 func (p *logregPart) sendFailed(now time.Time, withMetrics bool) {
 	p.job.share.sendErrors.Add(1)
 	// Not retried alone: the next delta carries the round, and other
