@@ -67,6 +67,11 @@ func (n *Node) retirePrevious(ctx context.Context, name string) (jobRecord, uint
 		return jobRecord{}, 0, ctx.Err()
 	}
 	defer unlock()
+	return n.retire(ctx, name)
+}
+
+// retire is retirePrevious with the job's retirement lock held.
+func (n *Node) retire(ctx context.Context, name string) (jobRecord, uint64, error) {
 	rec, rev, err := n.readJobEntry(ctx, name)
 	if err != nil || rec.Retire == nil {
 		return rec, rev, err
@@ -219,13 +224,13 @@ func (n *Node) retireStale(e jetstream.KeyValueEntry) {
 	if !ok {
 		return // under way here
 	}
-	unlock()
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
+		defer unlock()
 		ctx, cancel := context.WithTimeout(n.ctx, applyWait)
 		defer cancel()
-		if _, _, err := n.retirePrevious(ctx, e.Key()); err != nil {
+		if _, _, err := n.retire(ctx, e.Key()); err != nil {
 			n.log.Warn("retiring a rescaled job's previous layout", "job", e.Key(), "err", err)
 		}
 	}()
