@@ -132,14 +132,17 @@ func (ps *partState) fencedOff(token uint64) {
 // stored (err), for Node.resumeOwned to take the partition over again
 // from its last delta stored, which replays the events the lost one held.
 func (ps *partState) startOver(token uint64, err error) {
-	ps.stopOrphaned(token, "a delta was not stored: the partition starts over from its last delta", err)
+	if ps.stopOrphaned(token, "a delta was not stored: the partition starts over from its last delta", err) {
+		ps.st.n.stats.restarts.Add(1)
+	}
 }
 
 // stopOrphaned stops the run of token, unless a newer run of this node
-// took the partition over since, and marks the partition orphaned.
-func (ps *partState) stopOrphaned(token uint64, why string, err error) {
+// took the partition over since, and marks the partition orphaned; it
+// says whether it stopped it.
+func (ps *partState) stopOrphaned(token uint64, why string, err error) bool {
 	if ps.token.Load() != token {
-		return
+		return false
 	}
 	args := append(ps.log(), "token", token)
 	if err != nil {
@@ -148,6 +151,7 @@ func (ps *partState) stopOrphaned(token uint64, why string, err error) {
 	ps.st.n.log.Warn(why, args...)
 	ps.stop(false)
 	ps.orphaned.Store(true)
+	return true
 }
 
 // handOver processes what was delivered, has the operator merge, and

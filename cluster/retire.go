@@ -88,6 +88,8 @@ func (n *Node) retire(ctx context.Context, name string) (jobRecord, uint64, erro
 	if rec, rev, err = n.forgetRetirement(ctx, name, rec.Incarnation); err != nil {
 		return rec, rev, err
 	}
+	n.stats.retired.Add(1)
+	n.stats.lateEvents.Add(uint64(forwarded))
 	n.log.Info("previous layout retired", "job", name, "incarnation", old.Incarnation, "partitions", old.Spec.Partitions,
 		"forwarded_events", forwarded)
 	return rec, rev, nil

@@ -29,6 +29,10 @@ type nodeStats struct {
 	// does not own (a view, a take-over under way).
 	staleOutputs   atomic.Uint64
 	unownedOutputs atomic.Uint64
+	// retired counts the previous layouts of rescaled jobs this node
+	// retired, lateEvents the events it forwarded from them (retire.go);
+	// restarts the runs it started over after a delta was not stored.
+	retired, lateEvents, restarts atomic.Uint64
 
 	mu    sync.Mutex
 	moves []Move // the latest, oldest first
@@ -110,6 +114,12 @@ type Counts struct {
 	// (nodeStats).
 	StaleOutputs   uint64 `json:"stale_outputs"`
 	UnownedOutputs uint64 `json:"unowned_outputs"`
+	// Retired and LateEvents are rescaled jobs' previous layouts this
+	// node retired and the events it forwarded from them; RunRestarts the
+	// partition runs it started over after a delta was not stored.
+	Retired     uint64 `json:"layouts_retired"`
+	LateEvents  uint64 `json:"late_events_forwarded"`
+	RunRestarts uint64 `json:"run_restarts"`
 }
 
 // StatusConfig is the cluster configuration this node runs with.
@@ -166,7 +176,8 @@ func (n *Node) counts() Counts {
 	return Counts{Published: st.published.Load(), Forwarded: st.forwarded.Load(), Views: st.views.Load(),
 		Takeovers: st.takeovers.Load(), Failovers: st.failovers.Load(), Backups: st.backups.Load(),
 		BackupBytes: st.backupBytes.Load(), Poison: st.poison.Load(), Sourced: st.sourced.Load(),
-		StaleWrites: st.staleWrites.Load(), StaleOutputs: st.staleOutputs.Load(), UnownedOutputs: st.unownedOutputs.Load()}
+		StaleWrites: st.staleWrites.Load(), StaleOutputs: st.staleOutputs.Load(), UnownedOutputs: st.unownedOutputs.Load(),
+		Retired: st.retired.Load(), LateEvents: st.lateEvents.Load(), RunRestarts: st.restarts.Load()}
 }
 
 func (n *Node) statusConfig() StatusConfig {

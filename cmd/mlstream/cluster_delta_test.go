@@ -87,6 +87,9 @@ func TestClusterDeltaRefusedIsLearnedAgain(t *testing.T) {
 	}
 	post(3000)
 	learned(9000)
+	if a, b := clusterStatusAt(t, u0).Counts, clusterStatusAt(t, u1).Counts; a.RunRestarts+b.RunRestarts == 0 {
+		t.Fatal("no run started over after its delta was refused (counts run_restarts)")
+	}
 	for _, u := range []string{u0, u1} {
 		var st status
 		getJob(t, u, "spam", &st)

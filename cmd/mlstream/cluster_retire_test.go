@@ -76,6 +76,10 @@ func TestClusterRescaleForwardsLateEvents(t *testing.T) {
 	if fwd == nil || fwd[1] != strconv.Itoa(lateEvents) {
 		t.Fatalf("want the %d late events forwarded, the log says %v", lateEvents, fwd)
 	}
+	a, b := clusterStatusAt(t, u0).Counts, clusterStatusAt(t, u1).Counts
+	if a.Retired+b.Retired != 1 || a.LateEvents+b.LateEvents != uint64(lateEvents) {
+		t.Fatalf("counts: layouts retired %d+%d, late events forwarded %d+%d; want 1 and %d", a.Retired, b.Retired, a.LateEvents, b.LateEvents, lateEvents)
+	}
 	for _, u := range []string{u0, u1} {
 		waitTotal(t, u, "top", uint64(sent), 30*time.Second)
 	}

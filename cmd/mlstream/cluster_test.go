@@ -70,8 +70,14 @@ func (c *testCluster) restart(i int) {
 // status is GET /v1/cluster of node i.
 func (c *testCluster) status(i int) cluster.Status {
 	c.t.Helper()
+	return clusterStatusAt(c.t, c.url(i))
+}
+
+// clusterStatusAt is GET /v1/cluster of the node at url.
+func clusterStatusAt(t *testing.T, url string) cluster.Status {
+	t.Helper()
 	var s cluster.Status
-	getJSON(c.t, c.url(i)+"/v1/cluster", &s)
+	getJSON(t, url+"/v1/cluster", &s)
 	return s
 }
 
