@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mlstream/mlstream/kinds/logreg"
 )
@@ -81,7 +82,13 @@ func TestDelayedLabelsJoinThePredictionsServed(t *testing.T) {
 	if st.Joined != n || st.Pending != 0 || st.Unknown != 0 {
 		t.Fatalf("after the labels: %+v", st)
 	}
-	after := logreg.StatusOf(ts.job("d"))
+	// A partition publishes its metrics when it goes idle, just after its
+	// events count as processed: they may show a moment later.
+	var after *logreg.Status
+	waitFor(t, "the metrics of every joined label", 10*time.Second, func() bool {
+		after = logreg.StatusOf(ts.job("d"))
+		return after.Metrics.All.Count >= n
+	})
 	if after.Metrics.All.Count != n || math.Abs(after.Metrics.All.LogLoss-math.Ln2) > 1e-6 {
 		t.Fatalf("metrics %+v: want %d events scored at the served 0.5", after.Metrics.All, n)
 	}
