@@ -128,8 +128,12 @@ type clusterRescale struct {
 	spec runtime.Spec
 	next jobRecord
 	rep  runtime.RescaleReport
-	// ends[p] is the stream sequence of old partition p's last message.
-	ends []uint64
+	// ends[p] is the stream sequence of old partition p's last message at
+	// the drain; drained[p] the log position after what its backup (or
+	// last delta) held then; held[p] what the moved state holds of it.
+	ends    []uint64
+	drained []position
+	held    []position
 }
 
 func (r *clusterRescale) run(ctx context.Context) error {
@@ -263,18 +267,20 @@ func (r *clusterRescale) drain(ctx context.Context) error {
 		}
 		r.ends[p] = end
 	}
+	r.drained = make([]position, len(r.ends))
 	for p, end := range r.ends {
 		for end > 0 {
 			held, err := r.heldUpTo(ctx, p)
 			if err != nil {
 				return err
 			}
-			if held > end {
+			r.drained[p] = held
+			if held.resume > end {
 				break
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("partition %d did not back up its last events (log position %d, backed up to %d): %w", p, end, held, ctx.Err())
+				return fmt.Errorf("partition %d did not back up its last events (log position %d, backed up to %d): %w", p, end, held.resume, ctx.Err())
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
@@ -301,28 +307,29 @@ func lastOfSubject(ctx context.Context, s jetstream.Stream, subj string) (uint64
 }
 
 // heldUpTo is the log position partition p resumes from after its latest
-// backup (or delta): every message before it is in the state.
-func (r *clusterRescale) heldUpTo(ctx context.Context, p int) (uint64, error) {
+// backup (or delta): every message before its resume is in the state,
+// and skip events of that one.
+func (r *clusterRescale) heldUpTo(ctx context.Context, p int) (position, error) {
 	old := r.st
 	if old.share != nil {
 		s, err := r.n.js.Stream(ctx, deltaStream(old.id))
 		if err != nil {
-			return 0, err
+			return position{}, err
 		}
 		m, err := s.GetLastMsgForSubject(ctx, deltaSubject(old.id, p))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return 0, nil // nothing learned yet
+			return position{}, nil // nothing learned yet
 		}
 		if err != nil {
-			return 0, err
+			return position{}, err
 		}
-		return positionOf(m.Header, m.Time).resume, nil
+		return positionOf(m.Header, m.Time), nil
 	}
 	h, _, ok, err := r.n.store().read(ctx, stateKey(old.id, p))
 	if err != nil || !ok {
-		return 0, err
+		return position{}, err
 	}
-	return h.Resume, nil
+	return position{resume: h.Resume, skip: h.Skip}, nil
 }
 
 // newState is a unit's state in the new layout.
@@ -370,24 +377,37 @@ func unitKey(u runtime.Unit, global bool) int {
 
 // oldStates are the old incarnation's latest states by partition: for a
 // kind that shares deltas, the global unit's as this node holds it once
-// it applied every delta.
+// it applied every delta. It sets r.held, what they hold of each
+// partition's log (a stalled node's late events may be in a backup taken
+// after the drain: its retirement must not forward those again).
 func (r *clusterRescale) oldStates(ctx context.Context) (map[int][]byte, error) {
 	st := r.st
+	r.held = make([]position, r.old.Spec.Partitions)
 	if st.share != nil {
-		state, err := st.share.snapshotAll(ctx)
+		state, held, err := st.share.snapshotAll(ctx)
 		if err != nil {
 			return nil, err
+		}
+		for p := range r.held {
+			pos, ok := held[p]
+			if !ok {
+				// No delta of p applied since this node restored the
+				// model: it holds p's last delta of the drain.
+				pos = r.drained[p]
+			}
+			r.held[p] = pos
 		}
 		return map[int][]byte{-1: state}, nil
 	}
 	out := map[int][]byte{}
 	for p := range r.old.Spec.Partitions {
-		_, state, ok, err := r.n.store().read(ctx, stateKey(st.id, p))
+		h, state, ok, err := r.n.store().read(ctx, stateKey(st.id, p))
 		if err != nil {
 			return nil, err
 		}
 		if ok {
 			out[p] = state
+			r.held[p] = position{resume: h.Resume, skip: h.Skip}
 		}
 	}
 	return out, nil
@@ -408,7 +428,10 @@ func (r *clusterRescale) store(ctx context.Context, states map[int]newState) err
 // commit makes the next incarnation the job's.
 func (r *clusterRescale) commit(ctx context.Context) error {
 	r.next.LastRescale = &r.rep
-	r.next.Retire = &retirement{Partitions: r.old.Spec.Partitions, Ends: r.ends, At: time.Now()}
+	r.next.Retire = &retirement{Partitions: r.old.Spec.Partitions, Held: make([]heldPosition, len(r.held)), At: time.Now()}
+	for p, h := range r.held {
+		r.next.Retire.Held[p] = heldPosition{Resume: h.resume, Skip: h.skip}
+	}
 	data, err := json.Marshal(r.next)
 	if err != nil {
 		return err

@@ -22,10 +22,12 @@ import (
 //  1. the old input streams are sealed: JetStream refuses every publish
 //     into them from then on, and a late request fails (its client
 //     retries, into the new layout) instead of being acknowledged;
-//  2. every message stored after the drain's last one of its partition (a
-//     straggler) is forwarded into the new layout, routed as ingest
-//     routes it, under message ids made from its position, so that a
-//     second forwarding (by another node) is dropped as a duplicate;
+//  2. every message of a partition's log after what the moved state holds
+//     of it (a straggler, stored after the drain, unless a backup after
+//     the drain took it in and the move restored that one) is forwarded
+//     into the new layout, routed as ingest routes it, under message ids
+//     made from its position, so that a second forwarding (by another
+//     node) is dropped as a duplicate;
 //  3. the old streams and state are deleted;
 //  4. the job's entry forgets the retirement.
 //
@@ -38,10 +40,17 @@ import (
 // (jobRecord.Previous) until its streams are retired.
 type retirement struct {
 	Partitions int `json:"partitions"`
-	// Ends are the stream sequences of each old partition's last message
-	// at the drain: what came after them is forwarded.
-	Ends []uint64  `json:"ends"`
-	At   time.Time `json:"at"`
+	// Held is, by old partition, what of its log the state the rescale
+	// moved holds: what comes after is forwarded.
+	Held []heldPosition `json:"held"`
+	At   time.Time      `json:"at"`
+}
+
+// heldPosition is a log position: every message before Resume (a stream
+// sequence), and Skip events of the partition's message at Resume.
+type heldPosition struct {
+	Resume uint64 `json:"resume"`
+	Skip   int    `json:"skip,omitempty"`
 }
 
 // retireGrace is how long after a commit another node takes over a
@@ -136,7 +145,7 @@ func (n *Node) forwardStragglers(ctx context.Context, rec jobRecord) (int, error
 	oldID := jobID(old.Spec.Name, old.Incarnation)
 	g := groups(old.Spec.Partitions, n.cfg.StreamGroups)
 	total := 0
-	for p, end := range rec.Retire.Ends {
+	for p, held := range rec.Retire.Held {
 		s, err := n.js.Stream(ctx, inputStream(oldID, p%g))
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue
@@ -144,7 +153,7 @@ func (n *Node) forwardStragglers(ctx context.Context, rec jobRecord) (int, error
 		if err != nil {
 			return total, err
 		}
-		for seq := end + 1; ; {
+		for seq := max(held.Resume, 1); ; {
 			m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(inputSubject(oldID, p)))
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				break
@@ -152,7 +161,11 @@ func (n *Node) forwardStragglers(ctx context.Context, rec jobRecord) (int, error
 			if err != nil {
 				return total, err
 			}
-			k, err := n.forward(ctx, rec.Spec.Name, "fwd."+oldID+"."+strconv.FormatUint(m.Sequence, 10), m.Data)
+			skip := 0
+			if m.Sequence == held.Resume {
+				skip = held.Skip // the state holds the first events of this one
+			}
+			k, err := n.forward(ctx, rec.Spec.Name, "fwd."+oldID+"."+strconv.FormatUint(m.Sequence, 10), m.Data, skip)
 			if err != nil {
 				return total, err
 			}
@@ -163,22 +176,27 @@ func (n *Node) forwardStragglers(ctx context.Context, rec jobRecord) (int, error
 	return total, nil
 }
 
-// forward publishes the events of one old message into job name's current
-// layout, under ingest key key; it returns how many there were. A message
-// that does not decode held nothing any partition could have counted.
-func (n *Node) forward(ctx context.Context, name, key string, data []byte) (int, error) {
+// forward publishes the events of one old message but its first skip
+// into job name's current layout, under ingest key key; it returns how
+// many there were. A message that does not decode held nothing any
+// partition could have counted.
+func (n *Node) forward(ctx context.Context, name, key string, data []byte, skip int) (int, error) {
 	l, err := runtime.DecodeLogged(data)
 	if err != nil {
 		n.log.Warn("a message of a retired layout does not decode: not forwarded", "job", name, "key", key, "err", err)
 		return 0, nil
 	}
 	defer l.Release()
+	recs := l.Recs[min(skip, len(l.Recs)):]
+	if len(recs) == 0 {
+		return 0, nil
+	}
 	ctx = runtime.WithIngestKey(ctx, key)
 	for {
 		j, err := n.engine.Job(name)
 		if err == nil {
-			if err = n.Publish(ctx, j, j.Route(l.Recs)); err == nil {
-				return len(l.Recs), nil
+			if err = n.Publish(ctx, j, j.Route(recs)); err == nil {
+				return len(recs), nil
 			}
 		}
 		if !errors.Is(err, runtime.ErrBusy) || ctx.Err() != nil {

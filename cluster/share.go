@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -45,8 +47,11 @@ type sharing struct {
 	lost    atomic.Uint64 // deltas retention dropped before this node applied them
 	// between runs functions on the applier between two deltas.
 	between chan func()
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// held is, by partition, the log position after the last delta
+	// applied (the applier's own: read it in a between function).
+	held   map[int]position
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 func (st *jobState) startSharing(ctx context.Context, sh runtime.Sharing) error {
@@ -174,6 +179,11 @@ func (s *sharing) apply(m jetstream.Msg) error {
 	if m.Headers().Get(hdrMarker) == "" {
 		if err := s.sh.ApplyDelta(m.Data(), seq); err != nil {
 			s.st.n.log.Error("unreadable delta skipped", "job", s.st.name(), "seq", seq, "err", err)
+		} else if p, err := strconv.Atoi(m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]); err == nil {
+			if s.held == nil {
+				s.held = map[int]position{}
+			}
+			s.held[p] = positionOf(m.Headers(), md.Timestamp)
 		}
 	}
 	s.applied.Store(seq)
@@ -205,8 +215,8 @@ func (s *sharing) backupGlobal(then chan error) {
 
 // snapshotAll is the global unit's state once this node has applied
 // every delta the stream holds now (for a rescale, after the partitions
-// drained).
-func (s *sharing) snapshotAll(ctx context.Context) ([]byte, error) {
+// drained), and by partition the log position after the events it holds.
+func (s *sharing) snapshotAll(ctx context.Context) ([]byte, map[int]position, error) {
 	var last uint64
 	err := natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
 		st, err := s.st.n.js.Stream(ctx, s.name)
@@ -221,30 +231,34 @@ func (s *sharing) snapshotAll(ctx context.Context) ([]byte, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for s.applied.Load() < last {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("applying the deltas up to %d (at %d): %w", last, s.applied.Load(), ctx.Err())
+			return nil, nil, fmt.Errorf("applying the deltas up to %d (at %d): %w", last, s.applied.Load(), ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	u := s.st.ft.global()
 	if u == nil {
-		return nil, errors.New("cluster: the job has no global unit")
+		return nil, nil, errors.New("cluster: the job has no global unit")
 	}
 	var buf bytes.Buffer
+	held := map[int]position{}
 	errc := make(chan error, 1)
 	select {
-	case s.between <- func() { errc <- u.unit.BackupState(&buf, true) }:
+	case s.between <- func() {
+		maps.Copy(held, s.held)
+		errc <- u.unit.BackupState(&buf, true)
+	}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 	if err := <-errc; err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return buf.Bytes(), nil
+	return buf.Bytes(), held, nil
 }
 
 // send is the kind's delta channel (runtime.Sharing.ShareDeltas): on the

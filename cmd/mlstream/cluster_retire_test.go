@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlstream/mlstream/cluster"
 	"github.com/mlstream/mlstream/runtime"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,7 +34,11 @@ func TestClusterRescaleForwardsLateEvents(t *testing.T) {
 
 	_, js := jetStreamAt(t, url)
 	oldStreams := inputStreamsOf(t, js, "top")
-	subj, late := storedMessage(t, js, oldStreams)
+	_, late := storedMessage(t, js, oldStreams)
+	// The late request goes to a partition the stalled node owns: nothing
+	// processes it before the move (its owner is stopped), so the move
+	// cannot hold it and the retirement must forward it.
+	subj := subjectOwnedBy(t, js, oldStreams, clusterStatusAt(t, u0), "top", nodeName(1))
 	logged, err := runtime.DecodeLogged(late)
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +103,33 @@ func TestClusterRescaleForwardsLateEvents(t *testing.T) {
 	for _, u := range []string{u0, u1} {
 		waitTotal(t, u, "top", uint64(sent), 30*time.Second)
 	}
+
+	// Again (2 → 4), the late request now to a partition of the running
+	// coordinator: its owner may take it in and back it up before the
+	// move reads the backups (then the move holds it and the retirement
+	// does not forward it again), or not (then it forwards it). Either way
+	// it counts once.
+	oldStreams = inputStreamsOf(t, js, "top")
+	subj = subjectOwnedBy(t, js, oldStreams, clusterStatusAt(t, u0), "top", nodeName(0))
+	drained := strings.Count(nodes[0].output(), "rescale: drained; moving the state")
+	go func() {
+		code, _ := patchPartitions(t, u0, "top", 4)
+		done <- code
+	}()
+	waitUntil(t, 60*time.Second, "the coordinator draining again", func() bool {
+		return strings.Count(nodes[0].output(), "rescale: drained; moving the state") > drained
+	})
+	if _, err := js.Publish(t.Context(), subj, late, jetstream.WithMsgID("late-request-2")); err != nil {
+		t.Logf("the second late request was refused (the old layout was sealed first): %v", err)
+	} else {
+		sent += lateEvents
+	}
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("second PATCH answered %d", code)
+	}
+	for _, u := range []string{u0, u1} {
+		waitTotal(t, u, "top", uint64(sent), 30*time.Second)
+	}
 }
 
 // inputStreamsOf are the names of job's input streams in JetStream.
@@ -114,6 +146,33 @@ func inputStreamsOf(t *testing.T, js jetstream.JetStream, job string) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// subjectOwnedBy is the input subject, among those of streams, of a
+// partition of job that node owns as st says.
+func subjectOwnedBy(t *testing.T, js jetstream.JetStream, streams []string, st cluster.Status, job, node string) string {
+	t.Helper()
+	owned := map[string]bool{}
+	for _, jo := range st.Jobs {
+		for _, po := range jo.Partitions {
+			if jo.Job == job && po.Node == node {
+				owned[strconv.Itoa(po.Partition)] = true
+			}
+		}
+	}
+	for _, name := range streams {
+		s, err := js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, subj := range s.CachedInfo().Config.Subjects {
+			if owned[subj[strings.LastIndexByte(subj, '.')+1:]] {
+				return subj
+			}
+		}
+	}
+	t.Fatalf("no partition of %s owned by %s in %+v", job, node, st.Jobs)
+	return ""
 }
 
 // storedMessage is a subject of streams and the data of a message stored
