@@ -35,14 +35,13 @@ type jobBatch struct {
 	// one partition, starting at rr; keyless counts them.
 	sticky  bool
 	keyless uint64
-	// spreading: the job spreads hot keys (SpreadSpec), single-node from
-	// its hot set as events come; spreadsRequest: in cluster mode, from
-	// this request's own hot keys once it is whole (spreadRequestHot).
-	spreading, spreadsRequest bool
-
-	side  uint8      // of a join: which of its streams this is
-	parts [][]Record // per partition
-	arena arena
+	// spreading: the job spreads hot keys (SpreadSpec): single-node from
+	// its hot set as events come, in cluster mode (sticky) from this
+	// request's own hot keys once it is whole (spreadRequestHot).
+	spreading bool
+	side      uint8      // of a join: which of its streams this is
+	parts     [][]Record // per partition
+	arena     arena
 	// bufs lend parts and the arena's features and values their arrays.
 	bufs      *buffers
 	shedStats shedStats
@@ -73,8 +72,7 @@ func (e *Engine) NewBatch(stream string) (*Batch, error) {
 	b := &Batch{e: e, stream: stream, now: now, nowMs: now.UnixMilli()}
 	for _, j := range readers {
 		jb := newJobBatch(j)
-		jb.sticky, jb.rr = e.cfg.Cluster != nil, j.rr.Add(1)
-		jb.spreading, jb.spreadsRequest = j.keys.above > 0 && !jb.sticky, j.keys.above > 0 && jb.sticky
+		jb.spreading, jb.sticky, jb.rr = j.keys.above > 0, e.cfg.Cluster != nil, j.rr.Add(1)
 		if j.spec.Right == stream {
 			jb.side = 1
 		}
@@ -141,7 +139,7 @@ func (jb *jobBatch) partition(key string) int {
 	switch {
 	case n == 1:
 		return 0
-	case key != "" && !(jb.spreading && jb.job.keys.isHot(key)):
+	case key != "" && !(jb.spreading && !jb.sticky && jb.job.keys.isHot(key)):
 		return jb.job.partitionFor(key)
 	case jb.sticky:
 		p := (jb.rr + jb.keyless/stickyRun) % n
@@ -303,7 +301,7 @@ func (jb *jobBatch) rebind(j *Job) {
 func (b *Batch) publish(ctx context.Context) (int, error) {
 	defer b.releaseBuffers()
 	for _, jb := range b.jobs {
-		if jb.spreadsRequest {
+		if jb.spreading {
 			jb.spreadRequestHot()
 		}
 		// The keys this node takes in, for elastic.skew.hot_keys.

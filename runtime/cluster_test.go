@@ -51,6 +51,30 @@ func TestKeyedRequestsSplitAlike(t *testing.T) {
 	}
 }
 
+// commitEvents commits a request of n events event(0..n-1) to stream s
+// of e, with idempotency key key ("" for none).
+func commitEvents(t *testing.T, e *Engine, key string, n int, event func(i int) string) {
+	t.Helper()
+	b, err := e.NewBatch("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.SetKey(key)
+	var p fastjson.Parser
+	for i := range n {
+		v, err := p.Parse(event(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Add(v, i+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // publishedSizes is a Cluster that records how many events of each
 // request went to each partition.
 type publishedSizes struct{ publishedKeys }
@@ -76,25 +100,12 @@ func TestClusterModeSticksKeylessEventsToAPartition(t *testing.T) {
 	e := testEngine(t, Config{Cluster: pub})
 	mustPut(t, e, Spec{Name: "j", Kind: "heavy_hitters", Input: "s", Partitions: 4, Params: map[string]any{"field": "item", "key_field": "user"}})
 	post := func(key string, events int, keyed bool) {
-		b, err := e.NewBatch("s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.SetKey(key)
-		var p fastjson.Parser
-		for i := range events {
-			ev := fmt.Sprintf(`{"item":"i%d"}`, i)
+		commitEvents(t, e, key, events, func(i int) string {
 			if keyed {
-				ev = fmt.Sprintf(`{"item":"i%d","user":"u%d"}`, i, i)
+				return fmt.Sprintf(`{"item":"i%d","user":"u%d"}`, i, i)
 			}
-			v, _ := p.Parse(ev)
-			if err := b.Add(v, i+1); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := b.Commit(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+			return fmt.Sprintf(`{"item":"i%d"}`, i)
+		})
 	}
 	postFast := func(events int) {
 		b, err := e.NewBatch("s")
@@ -230,25 +241,13 @@ func TestClusterSpreadsARequestsHotKeysAlike(t *testing.T) {
 		Params: map[string]any{"field": "item", "key_field": "user"}})
 	j, _ := e.Job("j")
 	post := func(key string, events int) [][]string {
-		b, err := e.NewBatch("s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.SetKey(key)
-		var p fastjson.Parser
-		for i := range events {
+		commitEvents(t, e, key, events, func(i int) string {
 			user := fmt.Sprint("u", i) // a cool key each
 			if i%10 < 3 {
 				user = "hot" // 30% of the request
 			}
-			v, _ := p.Parse(fmt.Sprintf(`{"item":"i%d","user":%q}`, i, user))
-			if err := b.Add(v, i+1); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := b.Commit(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+			return fmt.Sprintf(`{"item":"i%d","user":%q}`, i, user)
+		})
 		return pub.reqs[len(pub.reqs)-1]
 	}
 	first := post("req-1", 1000)
