@@ -133,7 +133,7 @@ type clusterRescale struct {
 	// last delta) held then; held[p] what the moved state holds of it.
 	ends    []uint64
 	drained []position
-	held    []position
+	held    []heldPosition
 }
 
 func (r *clusterRescale) run(ctx context.Context) error {
@@ -382,7 +382,7 @@ func unitKey(u runtime.Unit, global bool) int {
 // after the drain: its retirement must not forward those again).
 func (r *clusterRescale) oldStates(ctx context.Context) (map[int][]byte, error) {
 	st := r.st
-	r.held = make([]position, r.old.Spec.Partitions)
+	r.held = make([]heldPosition, r.old.Spec.Partitions)
 	if st.share != nil {
 		state, held, err := st.share.snapshotAll(ctx)
 		if err != nil {
@@ -395,7 +395,7 @@ func (r *clusterRescale) oldStates(ctx context.Context) (map[int][]byte, error) 
 				// model: it holds p's last delta of the drain.
 				pos = r.drained[p]
 			}
-			r.held[p] = pos
+			r.held[p] = pos.held()
 		}
 		return map[int][]byte{-1: state}, nil
 	}
@@ -407,7 +407,7 @@ func (r *clusterRescale) oldStates(ctx context.Context) (map[int][]byte, error) 
 		}
 		if ok {
 			out[p] = state
-			r.held[p] = position{resume: h.Resume, skip: h.Skip}
+			r.held[p] = heldPosition{Resume: h.Resume, Skip: h.Skip}
 		}
 	}
 	return out, nil
@@ -428,10 +428,7 @@ func (r *clusterRescale) store(ctx context.Context, states map[int]newState) err
 // commit makes the next incarnation the job's.
 func (r *clusterRescale) commit(ctx context.Context) error {
 	r.next.LastRescale = &r.rep
-	r.next.Retire = &retirement{Partitions: r.old.Spec.Partitions, Held: make([]heldPosition, len(r.held)), At: time.Now()}
-	for p, h := range r.held {
-		r.next.Retire.Held[p] = heldPosition{Resume: h.resume, Skip: h.skip}
-	}
+	r.next.Retire = &retirement{Partitions: r.old.Spec.Partitions, Held: r.held, At: time.Now()}
 	data, err := json.Marshal(r.next)
 	if err != nil {
 		return err

@@ -53,6 +53,9 @@ type heldPosition struct {
 	Skip   int    `json:"skip,omitempty"`
 }
 
+// held is what of the log a state at position p holds.
+func (p position) held() heldPosition { return heldPosition{Resume: p.resume, Skip: p.skip} }
+
 // retireGrace is how long after a commit another node takes over a
 // retirement that the coordinator has not finished: the coordinator
 // waits up to applyWait for the nodes to run the new layout first.
@@ -89,7 +92,7 @@ func (n *Node) retire(ctx context.Context, name string) (jobRecord, uint64, erro
 	if err := n.sealStreams(ctx, old); err != nil {
 		return rec, rev, err
 	}
-	forwarded, err := n.forwardStragglers(ctx, rec)
+	forwarded, err := n.forwardStragglers(ctx, rec.Spec.Name, old, rec.Retire.Held)
 	if err != nil {
 		return rec, rev, fmt.Errorf("forwarding the events stored after the drain: %w", err)
 	}
@@ -109,20 +112,21 @@ func (n *Node) retire(ctx context.Context, name string) (jobRecord, uint64, erro
 func (n *Node) lockRetirement(ctx context.Context, name string, wait bool) (unlock func(), ok bool) {
 	v, _ := n.retiring.LoadOrStore(name, make(chan struct{}, 1))
 	lock := v.(chan struct{})
-	if wait {
-		select {
-		case lock <- struct{}{}:
-		case <-ctx.Done():
-			return nil, false
-		}
-	} else {
-		select {
-		case lock <- struct{}{}:
-		default:
-			return nil, false
-		}
+	unlock = func() { <-lock }
+	select {
+	case lock <- struct{}{}:
+		return unlock, true
+	default:
 	}
-	return func() { <-lock }, true
+	if !wait {
+		return nil, false
+	}
+	select {
+	case lock <- struct{}{}:
+		return unlock, true
+	case <-ctx.Done():
+		return nil, false
+	}
 }
 
 // sealStreams seals old's input streams (those already gone are passed
@@ -137,15 +141,14 @@ func (n *Node) sealStreams(ctx context.Context, old jobRecord) error {
 	return nil
 }
 
-// forwardStragglers publishes into the job's current layout the events of
-// every message of the previous one stored after the drain; it returns
-// how many events that was.
-func (n *Node) forwardStragglers(ctx context.Context, rec jobRecord) (int, error) {
-	old := rec.previous()
+// forwardStragglers publishes into job name's current layout the events
+// of every message of layout old after what held says the moved state
+// holds of each partition; it returns how many events that was.
+func (n *Node) forwardStragglers(ctx context.Context, name string, old jobRecord, held []heldPosition) (int, error) {
 	oldID := jobID(old.Spec.Name, old.Incarnation)
 	g := groups(old.Spec.Partitions, n.cfg.StreamGroups)
 	total := 0
-	for p, held := range rec.Retire.Held {
+	for p, held := range held {
 		s, err := n.js.Stream(ctx, inputStream(oldID, p%g))
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue
@@ -165,7 +168,7 @@ func (n *Node) forwardStragglers(ctx context.Context, rec jobRecord) (int, error
 			if m.Sequence == held.Resume {
 				skip = held.Skip // the state holds the first events of this one
 			}
-			k, err := n.forward(ctx, rec.Spec.Name, "fwd."+oldID+"."+strconv.FormatUint(m.Sequence, 10), m.Data, skip)
+			k, err := n.forward(ctx, name, "fwd."+oldID+"."+strconv.FormatUint(m.Sequence, 10), m.Data, skip)
 			if err != nil {
 				return total, err
 			}

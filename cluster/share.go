@@ -55,7 +55,8 @@ type sharing struct {
 }
 
 func (st *jobState) startSharing(ctx context.Context, sh runtime.Sharing) error {
-	s := &sharing{st: st, sh: sh, name: deltaStream(st.id), between: make(chan func()), done: make(chan struct{})}
+	s := &sharing{st: st, sh: sh, name: deltaStream(st.id), between: make(chan func()), done: make(chan struct{}),
+		held: map[int]position{}}
 	if _, err := openStream(ctx, st.n.js, st.deltaStreamConfig()); err != nil {
 		return err
 	}
@@ -180,9 +181,6 @@ func (s *sharing) apply(m jetstream.Msg) error {
 		if err := s.sh.ApplyDelta(m.Data(), seq); err != nil {
 			s.st.n.log.Error("unreadable delta skipped", "job", s.st.name(), "seq", seq, "err", err)
 		} else if p, err := strconv.Atoi(m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]); err == nil {
-			if s.held == nil {
-				s.held = map[int]position{}
-			}
 			s.held[p] = positionOf(m.Headers(), md.Timestamp)
 		}
 	}
