@@ -221,14 +221,17 @@ func TestClusterKill9DuringRescale(t *testing.T) {
 			return strings.Count(c.nodes[k].output(), step) > logged
 		})
 		kill9(t, c.nodes[k])
-		// Retirements of this step's old layout the survivors logged so far.
-		retired := func() (n int) {
-			for _, i := range []int{survivor, (k + 2) % 3} {
-				n += strings.Count(c.nodes[i].output(), fmt.Sprintf("msg=\"previous layout retired\" node=%s job=top", nodeName(i)))
+		// Retirements the nodes logged (but the killed one, whose output
+		// starts afresh when it is restarted).
+		retired := func(but int) (n int) {
+			for i, p := range c.nodes {
+				if i != but {
+					n += strings.Count(p.output(), fmt.Sprintf("msg=\"previous layout retired\" node=%s job=top", nodeName(i)))
+				}
 			}
 			return n
 		}
-		retiredBefore := retired()
+		retiredBefore := retired(k)
 		// The survivors take requests again, whichever layout won.
 		acked += mustPostRetrying(t, c.url(survivor), "clicks", clickBody(run*1000, 1000))
 		var n int
@@ -253,8 +256,9 @@ func TestClusterKill9DuringRescale(t *testing.T) {
 		c.waitOwned(0, "top", 60*time.Second, "n1", "n2", "n3")
 		if step == rescaleSteps[3] && n == targets[run] {
 			// Committed, and its coordinator died before it retired the old
-			// layout: a survivor does, once the coordinator's time is up.
-			waitUntil(t, 90*time.Second, "a survivor retiring the old layout", func() bool { return retired() > retiredBefore })
+			// layout: another node does (a survivor, or the restarted one,
+			// whichever comes first) once the coordinator's time is up.
+			waitUntil(t, 90*time.Second, "another node retiring the old layout", func() bool { return retired(-1) > retiredBefore })
 		}
 	}
 }
