@@ -375,6 +375,15 @@ func TestClusterRescaleDistinctAndJoin(t *testing.T) {
 		}
 		return d.Estimate
 	}
+	// Each node counts what its partitions took in (a partition that moved
+	// counts on both nodes): the estimate is read once every click is in.
+	waitUntil(t, 30*time.Second, "the nodes processing every click", func() bool {
+		var sum uint64
+		for i := range 3 {
+			sum += getJob(t, c.url(i), "users", nil).Processed
+		}
+		return sum >= posts*perPost
+	})
 	var want uint64
 	waitUntil(t, 30*time.Second, "every node's estimate the same", func() bool {
 		want = estimate(0)
