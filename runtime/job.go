@@ -264,6 +264,7 @@ func (p *partition) run() {
 				p.op.process(recs, p.q.logged(b))
 				end := time.Now()
 				served := len(recs)
+				p.job.shed.observeServed(end.Sub(b.enqueued), p.job.shedDelay, served)
 				// Retired (its arrays back in their pool) before it counts
 				// as processed: whoever waits for the count finds them there.
 				p.q.done(b)

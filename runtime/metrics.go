@@ -15,8 +15,8 @@ type metrics struct {
 	acceptedVec *prometheus.CounterVec
 	refusedVec  *prometheus.CounterVec
 
-	processed, depth, capacity, shed, latency, wsDropped, wsClients *prometheus.Desc
-	groupSize, groupOverhead, heldBack                              *prometheus.Desc
+	processed, depth, capacity, shed, overdue, latency, wsDropped, wsClients *prometheus.Desc
+	groupSize, groupOverhead, heldBack                                       *prometheus.Desc
 
 	partitions, rescales, rescalePause, autoTarget, autoInput, autoTrueRate, autoUtilization, autoNeedsNode, imbalance *prometheus.Desc
 
@@ -39,6 +39,7 @@ func newMetrics(e *Engine, reg prometheus.Registerer) *metrics {
 		heldBack:      prometheus.NewDesc("mlstream_senders_held_back", "Ingest requests held back now so that no more than l events wait without an item backup.", []string{"job"}, nil),
 		depth:         prometheus.NewDesc("mlstream_queue_depth", "Events queued and not yet processed, per partition.", []string{"job", "partition"}, nil),
 		capacity:      prometheus.NewDesc("mlstream_queue_capacity", "Capacity of each partition queue, in events.", []string{"job", "partition"}, nil),
+		overdue:       prometheus.NewDesc("mlstream_events_overdue_total", "Events served after waiting longer than shed.max_delay per job (jobs with a shed section).", []string{"job"}, nil),
 		latency:       prometheus.NewDesc("mlstream_processing_latency_seconds", "Time from queueing to processed, per event.", []string{"job"}, nil),
 		wsClients:     prometheus.NewDesc("mlstream_ws_clients", "Connected WebSocket subscribers.", nil, nil),
 		wsDropped:     prometheus.NewDesc("mlstream_ws_dropped_total", "Messages dropped because a subscriber's backlog was full.", nil, nil),
@@ -121,7 +122,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 			k.Describe(ch)
 		}
 	}
-	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.depth, m.capacity, m.latency, m.wsClients, m.wsDropped,
+	for _, d := range []*prometheus.Desc{m.processed, m.shed, m.overdue, m.depth, m.capacity, m.latency, m.wsClients, m.wsDropped,
 		m.groupSize, m.groupOverhead, m.heldBack,
 		m.partitions, m.rescales, m.rescalePause, m.autoTarget, m.autoInput, m.autoTrueRate, m.autoUtilization, m.autoNeedsNode, m.imbalance,
 		m.ftDivergence, m.ftThreshold, m.ftPending, m.ftUnacked, m.ftItemLog, m.ftBackups, m.ftBackupBytes, m.ftFailures, m.ftWorst, m.ftPromise, m.ftLost} {
@@ -135,6 +136,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		name := j.spec.Name
 		ch <- prometheus.MustNewConstMetric(m.processed, prometheus.CounterValue, float64(j.processed()), name)
 		ch <- prometheus.MustNewConstMetric(m.shed, prometheus.CounterValue, float64(j.shed.shed.Load()), name)
+		ch <- prometheus.MustNewConstMetric(m.overdue, prometheus.CounterValue, float64(j.shed.overdue.Load()), name)
 		var held int64
 		for _, p := range j.parts {
 			idx := strconv.Itoa(p.index)

@@ -97,6 +97,17 @@ type shedCounters struct {
 	// late counts the shed events that had been accepted: dropped as their
 	// partition reached them (staleKeep). They are in shed too.
 	late atomic.Uint64
+	// overdue counts the events served after waiting longer than max_delay
+	// (queued to processed): what the bound promised and missed.
+	overdue atomic.Uint64
+}
+
+// observeServed counts the n events of a batch served after waiting wait
+// that waited longer than max_delay.
+func (c *shedCounters) observeServed(wait, maxDelay time.Duration, n int) {
+	if maxDelay > 0 && wait > maxDelay {
+		c.overdue.Add(uint64(n))
+	}
 }
 
 func (c *shedCounters) add(s shedStats) {
@@ -215,13 +226,16 @@ type ShedStatus struct {
 	// response did not report them): dropped when their partition reached
 	// them after waiting more than max_delay/2. They are in Shed too.
 	Late uint64 `json:"late,omitempty"`
+	// Overdue counts the events served after waiting longer than
+	// max_delay (queued to processed): the bound missed, by as many events.
+	Overdue uint64 `json:"overdue"`
 }
 
 func (j *Job) shedStatus() *ShedStatus {
 	if j.spec.Shed == nil {
 		return nil
 	}
-	st := &ShedStatus{MaxDelay: j.spec.Shed.MaxDelay, Drops: j.kind.def().Shed.Drops, Shed: j.shed.shed.Load(), ExtraWeight: j.shed.extra.Load(), Late: j.shed.late.Load()}
+	st := &ShedStatus{MaxDelay: j.spec.Shed.MaxDelay, Drops: j.kind.def().Shed.Drops, Shed: j.shed.shed.Load(), ExtraWeight: j.shed.extra.Load(), Late: j.shed.late.Load(), Overdue: j.shed.overdue.Load()}
 	if offered := j.accepted.Load() + st.Shed - st.Late; offered > 0 {
 		st.Fraction = float64(st.Shed) / float64(offered)
 	}

@@ -107,7 +107,7 @@ func TestSheddingKeepsDelayUnderMaxDelay(t *testing.T) {
 	// Overload: every 2 ms, twice what the partition drains in 2 ms at its
 	// current rate, so the load follows the machine's speed.
 	before := j.lat.snap()
-	shedBefore, processedBefore := j.shed.shed.Load(), j.processed()
+	shedBefore, processedBefore, lateBefore, overdueBefore := j.shed.shed.Load(), j.processed(), j.shed.late.Load(), j.shed.overdue.Load()
 	var sent, unlabelled int
 	var rates []float64
 	start := time.Now()
@@ -149,11 +149,16 @@ func TestSheddingKeepsDelayUnderMaxDelay(t *testing.T) {
 	waitIdle(t, j)
 	lat := j.lat.snap().sub(before)
 	p99 := lat.quantile(0.99) // ms: interpolated in its bucket, within 1.5x of the true value
-	shed, late := j.shed.shed.Load()-shedBefore, j.shed.late.Load()
-	processedRate := float64(j.processed()-processedBefore) / elapsed
+	shed, late := j.shed.shed.Load()-shedBefore, j.shed.late.Load()-lateBefore
+	processed := j.processed() - processedBefore
+	processedRate := float64(processed) / elapsed
+	// p99 ≤ max_delay is exactly "at most 1% of the events served waited
+	// longer": counted per event, where the histogram's p99 is only known
+	// within its bucket (a factor 1.5).
+	overdue := float64(j.shed.overdue.Load()-overdueBefore) / float64(processed-late)
 	slices.Sort(rates)
-	t.Logf("drain rate (median) %.0f/s, offered %.0f/s, processed %.0f/s; shed %d of %d (%.0f%%; %d late), p99 queueing delay %.1f ms, longest stall %v",
-		rates[len(rates)/2], float64(sent)/elapsed, processedRate, shed, sent, 100*float64(shed)/float64(sent), late, p99, stall.Round(time.Millisecond))
+	t.Logf("drain rate (median) %.0f/s, offered %.0f/s, processed %.0f/s; shed %d of %d (%.0f%%; %d late), p99 queueing delay %.1f ms (bucket estimate), %.2f%% of served events over max_delay, longest stall %v",
+		rates[len(rates)/2], float64(sent)/elapsed, processedRate, shed, sent, 100*float64(shed)/float64(sent), late, p99, 100*overdue, stall.Round(time.Millisecond))
 	if float64(sent)/elapsed < 1.5*processedRate {
 		t.Skipf("the sender reached only %.1fx what the partition processed", float64(sent)/elapsed/processedRate)
 	}
@@ -163,8 +168,8 @@ func TestSheddingKeepsDelayUnderMaxDelay(t *testing.T) {
 	switch {
 	case stall > maxDelay/4:
 		t.Logf("the machine stalled the partition for %v: the delay bound is not judged on this run", stall.Round(time.Millisecond))
-	case p99 > float64(maxDelay.Milliseconds()):
-		t.Fatalf("p99 queueing delay %.1f ms above max_delay %v", p99, maxDelay)
+	case overdue > 0.01:
+		t.Fatalf("%.2f%% of the events served waited longer than max_delay %v: p99 above it", 100*overdue, maxDelay)
 	}
 	// Every prediction was answered.
 	deadline := time.Now().Add(5 * time.Second)
@@ -175,7 +180,7 @@ func TestSheddingKeepsDelayUnderMaxDelay(t *testing.T) {
 	if got := <-predictions; got < unlabelled {
 		t.Fatalf("%d predictions answered of %d asked", got, unlabelled)
 	}
-	if st := j.Status(false); st.Shed == nil || st.Shed.Shed < shed || st.Shed.Fraction <= 0 {
+	if st := j.Status(false); st.Shed == nil || st.Shed.Shed < shed || st.Shed.Fraction <= 0 || st.Shed.Overdue != j.shed.overdue.Load() {
 		t.Fatalf("shed status %+v", st.Shed)
 	}
 }
@@ -304,6 +309,9 @@ func TestStaleBatchesShedAtTheHead(t *testing.T) {
 	}
 	if want := float64(st.Shed) / float64(len(recs)); math.Abs(st.Fraction-want) > 1e-9 {
 		t.Fatalf("fraction %v, want %v (late events were accepted once)", st.Fraction, want)
+	}
+	if st.Overdue != uint64(len(recs))-st.Late {
+		t.Fatalf("overdue %d, want every event served (%d) after waiting 5 × max_delay", st.Overdue, uint64(len(recs))-st.Late)
 	}
 	// Every prediction is answered.
 	deadline := time.Now().Add(5 * time.Second)

@@ -444,6 +444,7 @@ class JobView {
       note = "shed of the events offered" + (sh.max_delay ? `, to keep queueing under ${sh.max_delay}` : "") + (sh.drops ? `; drops ${sh.drops}` : "");
       if (isNum(sh.extra_weight) && sh.extra_weight > 0) note += `; ${int(sh.extra_weight)} extra weight on the events kept`;
       if (isNum(sh.late) && sh.late > 0) note += `; ${int(sh.late)} of them shed late (accepted, then waited past max_delay/2)`;
+      if (isNum(sh.overdue) && sh.overdue > 0) note += `; ${int(sh.overdue)} events served after waiting past ${sh.max_delay || "max_delay"}`;
     } else if (s2.group && !(shed > 0)) {
       note = "shed (load shedding off)"; // a service that reports shedding when on
     }
