@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"time"
 )
@@ -91,16 +90,25 @@ func (e *CorruptError) Error() string {
 // Unwrap returns ErrCorrupt.
 func (e *CorruptError) Unwrap() error { return ErrCorrupt }
 
-// jobNameRE is the job name syntax of runtime/spec.go. It cannot produce
-// "." or ".." or a path separator, so a job name is always one directory
-// below the store's root.
-var jobNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-
+// validJob checks the job name syntax of runtime/spec.go,
+// [A-Za-z0-9][A-Za-z0-9_.-]{0,127}. It cannot produce "." or ".." or a path
+// separator, so a job name is always one directory below the store's
+// root. A loop, not a regular expression: every Put checks its key (a
+// match cost ~4 µs, a tenth of a delta backup's write).
 func validJob(job string) error {
-	if !jobNameRE.MatchString(job) {
+	if len(job) == 0 || len(job) > 128 || !isAlnum(job[0]) {
 		return fmt.Errorf("%w: job name %q", ErrInvalidKey, job)
 	}
+	for i := 1; i < len(job); i++ {
+		if c := job[i]; !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+			return fmt.Errorf("%w: job name %q", ErrInvalidKey, job)
+		}
+	}
 	return nil
+}
+
+func isAlnum(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 func (k Key) validate() error {

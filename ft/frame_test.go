@@ -8,6 +8,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -205,5 +207,26 @@ func TestMetaJSONIsEncodingJSON(t *testing.T) {
 	}
 	if _, err := appendMetaJSON(nil, &BackupMeta{Created: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}); err == nil {
 		t.Fatal("year 10000 accepted")
+	}
+}
+
+// validJob accepts exactly the job names of the spec's syntax.
+func TestValidJobIsTheSpecSyntax(t *testing.T) {
+	re := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+	names := []string{"", "a", "A9", "9", "-a", "_a", ".", "..", "a/b", "a\\b", "a b", "a.b-c_d", "é", "a\x00",
+		strings.Repeat("a", 128), strings.Repeat("a", 129)}
+	r := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "aZ09_.-/ \x00\xff"
+	for range 20000 {
+		b := make([]byte, r.IntN(6))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		names = append(names, string(b))
+	}
+	for _, n := range names {
+		if got, want := validJob(n) == nil, re.MatchString(n); got != want {
+			t.Fatalf("validJob(%q) accepts: %v, the syntax: %v", n, got, want)
+		}
 	}
 }

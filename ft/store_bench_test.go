@@ -33,3 +33,33 @@ func BenchmarkStorePutMixed(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkStorePutDelta is one delta of 7 KB appended to an open chain,
+// and BenchmarkStorePutFull one full backup of 50 KB starting a chain (the
+// sizes of a heavy_hitters job's backups with 2,000 counters).
+func BenchmarkStorePutDelta(b *testing.B) { benchPut(b, 7<<10, 1<<30) }
+func BenchmarkStorePutFull(b *testing.B)  { benchPut(b, 50<<10, 1) }
+
+func benchPut(b *testing.B, size, fullEvery int) {
+	s, err := NewDirStore(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	key := Key{"bench", 0}
+	data := bytes.Repeat([]byte{7}, size)
+	meta := BackupMeta{LastSeqs: []uint64{1, 2}, Divergence: 0.5, Full: true}
+	if _, err := s.Put(key, meta, data); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		meta.Full = i%fullEvery == 0
+		meta.LastSeqs[0] = uint64(i)
+		if _, err := s.Put(key, meta, data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
