@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -85,6 +86,9 @@ func TestPendingEventsAreLoggedPastL(t *testing.T) {
 			}
 			if c.wantLost > 0 && (len(rep.LostRanges[0]) != 1 || rep.LostRanges[0][0] != [2]uint64{1, 15}) {
 				t.Fatalf("lost ranges %v", rep.LostRanges)
+			}
+			if b, _ := json.Marshal(rep.LostRanges); c.wantLost == 0 && string(b) != "[[]]" {
+				t.Fatalf("lost_ranges %s, want [[]] (a partition with nothing lost lists no range, not null)", b)
 			}
 			waitIdle(t, j2)
 			if got := sec(j2.Status(false)).Metrics.All.Count; got != int64(5*c.requests)-c.wantLost {

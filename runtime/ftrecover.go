@@ -132,7 +132,7 @@ func (j *Job) replayLogs(rep *RecoveryReport, base, marks []uint64, backupDamage
 		if marks[i] > r.last {
 			missing = append(missing, [2]uint64{r.last + 1, marks[i]})
 		}
-		lost := r.unreadable
+		lost := append([][2]uint64{}, r.unreadable...) // [] in JSON when none, not null
 		if f.spec.Mode == ft.ModeExact && !r.damaged && !backupDamage {
 			rep.Unacknowledged = addRanges(rep.Unacknowledged, missing)
 		} else {
