@@ -8,9 +8,12 @@ import (
 
 // jobHistory is the body of GET /v1/jobs/{job}/history.
 type jobHistory struct {
-	Job        string                 `json:"job"`
-	IntervalMs int64                  `json:"interval_ms"`
-	Points     []runtime.HistoryPoint `json:"points"`
+	Job        string `json:"job"`
+	IntervalMs int64  `json:"interval_ms"`
+	// Series names the values of each point's kind array (kinds with
+	// series of their own: logreg, distinct, join).
+	Series []string               `json:"series,omitempty"`
+	Points []runtime.HistoryPoint `json:"points"`
 }
 
 // getHistory serves GET /v1/jobs/{job}/history: the job's last minutes of
@@ -21,5 +24,5 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, jobHistory{Job: j.Name(), IntervalMs: runtime.HistoryInterval.Milliseconds(), Points: j.History()})
+	writeJSON(w, http.StatusOK, jobHistory{Job: j.Name(), IntervalMs: runtime.HistoryInterval.Milliseconds(), Series: j.HistorySeries(), Points: j.History()})
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -27,8 +28,23 @@ func TestJobHistory(t *testing.T) {
 			return false
 		}
 		last := points[len(points)-1].(map[string]any)
-		return last["processed_per_s"].(float64) > 0
+		// The partitions publish their metrics as they go idle, just
+		// after their events count as processed: a point may lag.
+		kind, _ := last["kind"].([]any)
+		return last["processed_per_s"].(float64) > 0 && len(kind) == 4 && kind[1] != nil
 	})
+	// The kind's own series: named once, a value each in every point.
+	_, _, body := ts.do("GET", "/v1/jobs/spam/history", "", nil)
+	if got := fmt.Sprint(body["series"]); got != "[accuracy_recent accuracy_all log_loss_recent log_loss_all]" {
+		t.Fatalf("series %s", got)
+	}
+	kind := points[len(points)-1].(map[string]any)["kind"].([]any)
+	if acc, loss := kind[1].(float64), kind[3].(float64); acc < 0.5 || acc > 1 || loss <= 0 || loss > 1 {
+		t.Fatalf("whole-run accuracy %v and log loss %v after 500 events of a learnable stream", acc, loss)
+	}
+	if _, ok := points[0].(map[string]any)["ft"]; ok {
+		t.Fatalf("a job without fault tolerance has ft in its history: %v", points[0])
+	}
 	var prev float64
 	for i, p := range points {
 		pt := p.(map[string]any)

@@ -710,6 +710,26 @@ type PartitionFT struct {
 // unackedCounter is implemented by kinds that report γ's count.
 type unackedCounter interface{ unacked(partition int) int64 }
 
+// historyPoint is the fault tolerance in a history point: what the
+// status says of divergence, θ and backups, without its per-partition
+// and disk parts.
+func (f *jobFT) historyPoint() *HistoryFT {
+	h := &HistoryFT{}
+	f.mu.Lock()
+	for _, u := range f.units {
+		h.Theta += u.ctl.Thresholds().Theta
+	}
+	f.mu.Unlock()
+	for _, u := range f.units {
+		if lv, ok := u.op.(interface{ liveDivergence() float64 }); ok {
+			h.Divergence += lv.liveDivergence()
+		}
+		h.Backups += u.stats.full.Load() + u.stats.delta.Load()
+		h.BackupBytes += u.stats.bytes.Load()
+	}
+	return h
+}
+
 func (f *jobFT) status(j *Job) *FTStatus {
 	f.mu.Lock()
 	st := &FTStatus{

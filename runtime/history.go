@@ -1,6 +1,10 @@
 package runtime
 
-import "time"
+import (
+	"math"
+	"strconv"
+	"time"
+)
 
 // HistoryLen is how many one-second points of a job's recent stats the
 // engine keeps: ten minutes. It bounds the history's memory to about
@@ -20,6 +24,43 @@ type HistoryPoint struct {
 	GroupSize     float64 `json:"group_size"`
 	Overhead      float64 `json:"overhead"`
 	TotalOverhead float64 `json:"total_overhead"`
+	// FT is the job's fault tolerance then (jobs with a ft section).
+	FT *HistoryFT `json:"ft,omitempty"`
+	// Kind holds the values of the kind's own series, in the order of
+	// Job.HistorySeries (kinds that chart; null for one with no value yet).
+	Kind []ChartValue `json:"kind,omitempty"`
+}
+
+// HistoryFT is a job's fault tolerance in one history point: its state's
+// divergence and θ (summed over units, as the status' divergence is), and
+// the backups written since the job started, in count and bytes.
+type HistoryFT struct {
+	Divergence  float64 `json:"divergence"`
+	Theta       float64 `json:"theta"`
+	Backups     int64   `json:"backups"`
+	BackupBytes int64   `json:"backup_bytes"`
+}
+
+// ChartValue is one value of a kind's series: null in JSON when NaN
+// (nothing to show yet), which JSON has no number for.
+type ChartValue float64
+
+func (v ChartValue) MarshalJSON() ([]byte, error) {
+	f := float64(v)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
+}
+
+func (v *ChartValue) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*v = ChartValue(math.NaN())
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	*v = ChartValue(f)
+	return err
 }
 
 // history is a ring of the last HistoryLen points; its sampler's mutex
@@ -51,6 +92,13 @@ func (x sample) point(r Rates, l Latency) HistoryPoint {
 	if x.group != nil {
 		p.GroupSize, p.Overhead, p.TotalOverhead = sig3(x.group.Size), x.group.Overhead, x.group.TotalOverhead
 	}
+	p.FT = x.ft
+	if len(x.kind) > 0 {
+		p.Kind = make([]ChartValue, len(x.kind))
+		for i, v := range x.kind {
+			p.Kind[i] = ChartValue(sig3(v))
+		}
+	}
 	return p
 }
 
@@ -58,6 +106,15 @@ func (x sample) point(r Rates, l Latency) HistoryPoint {
 // first: at most HistoryLen points, none older than the job.
 func (j *Job) History() []HistoryPoint {
 	return j.samples.history()
+}
+
+// HistorySeries names the kind's own values in each history point (Kind),
+// or is nil when the kind has none.
+func (j *Job) HistorySeries() []string {
+	if c, ok := j.kind.instance().(Charting); ok {
+		return c.ChartSeries()
+	}
+	return nil
 }
 
 // HistoryInterval is the time between two history points.

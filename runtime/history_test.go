@@ -1,8 +1,16 @@
 package runtime
 
 import (
+	"context"
+	"encoding/json"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/mlstream/mlstream/ft"
 )
 
 // The history keeps the last HistoryLen points, oldest first, each with
@@ -42,7 +50,46 @@ func TestHistoryFirstPoint(t *testing.T) {
 	var s sampler
 	s.add(sample{at: time.UnixMilli(5000)})
 	h := s.history()
-	if len(h) != 1 || h[0] != (HistoryPoint{At: 5000}) {
+	if len(h) != 1 || !reflect.DeepEqual(h[0], HistoryPoint{At: 5000}) {
 		t.Fatalf("history %+v", h)
+	}
+}
+
+// A job with fault tolerance has it in every history point: divergence,
+// θ and the backups written so far, as its status has them; a logreg
+// job's own series (accuracy, log loss) are named and valued.
+func TestHistoryHasFaultToleranceAndTheKindsSeries(t *testing.T) {
+	e := ftEngine(t, t.TempDir())
+	defer e.Close(context.Background())
+	j := mustPut(t, e, ftJobSpec(ft.ModeApprox, 40))
+	if _, err := ingest(e, "s", events(200, 0)...); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, j)
+	var last HistoryPoint
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h := j.History()
+		if len(h) > 0 {
+			last = h[len(h)-1]
+		}
+		if last.FT != nil && last.FT.Backups >= 1 && len(last.Kind) == 4 && !math.IsNaN(float64(last.Kind[1])) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no history point with the backups and the model's metrics after 10 s: %+v (ft %+v)", last, last.FT)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := j.Status(false).FT
+	if last.FT.Theta != st.State.Theta || last.FT.Backups > st.Backups.Full+st.Backups.Delta || last.FT.BackupBytes <= 0 {
+		t.Fatalf("history ft %+v, status θ %v, backups %+v", last.FT, st.State.Theta, st.Backups)
+	}
+	if got := j.HistorySeries(); !slices.Equal(got, []string{"accuracy_recent", "accuracy_all", "log_loss_recent", "log_loss_all"}) {
+		t.Fatalf("series %v", got)
+	}
+	b, err := json.Marshal(HistoryPoint{Kind: []ChartValue{ChartValue(math.NaN()), 0.5}})
+	if err != nil || !strings.Contains(string(b), `"kind":[null,0.5]`) {
+		t.Fatalf("a value not there yet is null: %s %v", b, err)
 	}
 }

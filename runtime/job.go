@@ -359,7 +359,14 @@ func (j *Job) depth() int64 {
 
 func (j *Job) sample(now time.Time) {
 	j.sampleLoads(now)
-	j.samples.add(sample{at: now, accepted: j.accepted.Load(), processed: j.processed(), lat: j.lat.snap(), depth: j.depth(), group: jobGroupStatus(j.parts)})
+	x := sample{at: now, accepted: j.accepted.Load(), processed: j.processed(), lat: j.lat.snap(), depth: j.depth(), group: jobGroupStatus(j.parts)}
+	if j.ft != nil {
+		x.ft = j.ft.historyPoint()
+	}
+	if c, ok := j.kind.instance().(Charting); ok {
+		x.kind = c.ChartValues(nil)
+	}
+	j.samples.add(x)
 }
 
 // JobStatus is the live view of a job served by GET /v1/jobs/{job}.

@@ -150,6 +150,15 @@ type (
 	Announcing interface {
 		Announce(out Emitter, now time.Time)
 	}
+	// Charting has series of its own in the job's history (GET
+	// /v1/jobs/{job}/history: the charts a page opened late draws at
+	// once), sampled once a second with the engine's: ChartSeries names
+	// them, and never changes; ChartValues appends their values now, in
+	// that order (NaN for one that has none yet).
+	Charting interface {
+		ChartSeries() []string
+		ChartValues(dst []float64) []float64
+	}
 	// Collecting sends the job's own Prometheus series (described by
 	// Kind.Describe), labelled with the job's name.
 	Collecting interface {

@@ -164,6 +164,8 @@ type sample struct {
 	lat                 latSnap
 	depth               int64        // queued events
 	group               *GroupStatus // nil: no partitions
+	ft                  *HistoryFT   // nil: no fault tolerance
+	kind                []float64    // the kind's own series (Charting)
 }
 
 func (s *sampler) add(x sample) {

@@ -919,7 +919,10 @@ func (b *browser) checkHistoryOnOpen(url string) {
 	}
 	opened := time.Now()
 	b.do("reopening the dashboard", chromedp.Reload())
-	b.waitFor("the charts show the history at once", `s.conn === "live" && s.ratePoints >= s0 - 3 && s.groupPoints >= s0 - 3`, n, 3*time.Second)
+	// Every chart of a job, not only the rates: the model's accuracy and
+	// loss, its backups, the distinct count (another job).
+	b.waitFor("the charts show the history at once", `s.conn === "live" && s.ratePoints >= s0 - 3 && s.groupPoints >= s0 - 3 &&
+		s.acc >= s0 - 3 && s.loss >= s0 - 3 && s.backupPoints >= s0 - 3 && s.distinctPoints >= s0 - 3`, n, 3*time.Second)
 	if d := time.Since(opened); d > 3*time.Second {
 		b.fatalf("history drawn after %v", d)
 	}

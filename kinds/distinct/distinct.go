@@ -203,3 +203,12 @@ func CountOf(j *runtime.Job, window string) (Count, error) {
 	}
 	return out.(Count), nil
 }
+
+// ChartSeries are the distinct count's series in its history: the
+// current window's estimate and its bounds.
+func (j *job) ChartSeries() []string { return []string{"estimate", "lower", "upper"} }
+
+func (j *job) ChartValues(dst []float64) []float64 {
+	c := j.count(synopsis.WindowCurrent)
+	return append(dst, float64(c.Estimate), float64(c.Lower), float64(c.Upper))
+}

@@ -449,3 +449,17 @@ func MatchesOf(j *runtime.Job, window string, limit int) (JoinStatus, error) {
 	}
 	return out.(JoinStatus), nil
 }
+
+// ChartSeries are the join's own series in its history: the match rate
+// and the bytes of its state, as its status has them.
+func (j *joinJob) ChartSeries() []string { return []string{"match_rate", "state_bytes"} }
+
+func (j *joinJob) ChartValues(dst []float64) []float64 {
+	var bytes int64
+	for _, p := range j.parts {
+		p.pub.Lock()
+		bytes += p.pub.bytes
+		p.pub.Unlock()
+	}
+	return append(dst, math.Float64frombits(j.matchRate.Load()), float64(bytes))
+}

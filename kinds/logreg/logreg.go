@@ -502,3 +502,22 @@ func (p *predictor) Predict(v *fastjson.Value, line int) (runtime.Predicted, err
 
 // Version is the global model's current version.
 func (p *predictor) Version() uint64 { return p.j.model.Version() }
+
+// ChartSeries are the model's series in its history: accuracy and log
+// loss over the recent window and the whole run.
+func (j *logregJob) ChartSeries() []string {
+	return []string{"accuracy_recent", "accuracy_all", "log_loss_recent", "log_loss_all"}
+}
+
+func (j *logregJob) ChartValues(dst []float64) []float64 {
+	m := j.metrics()
+	acc := func(x learners.Measures) (accuracy, loss float64) {
+		if x.Count == 0 {
+			return math.NaN(), math.NaN()
+		}
+		return x.Accuracy, x.LogLoss
+	}
+	ra, rl := acc(m.Recent)
+	aa, al := acc(m.All)
+	return append(dst, ra, aa, rl, al)
+}

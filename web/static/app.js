@@ -983,6 +983,21 @@ async function loadHistory(j) {
   j.chart("lat").prepend(pts.map(p => [p.ts, p.p50_ms, p.p99_ms]));
   const g = (j.status || {}).group;
   if (g) j.chart("group").prepend(pts.map(p => [p.ts, p.group_size, p.overhead, p.total_overhead, g.low, g.high]));
+  const ft = pts.filter(p => p.ft);
+  if (ft.length) {
+    j.chart("backups").prepend(ft.map(p => [p.ts, p.ft.backups, p.ft.backup_bytes]));
+    j.chart("div").prepend(ft.map(p => [p.ts, p.ft.divergence, p.ft.theta]));
+  }
+  // The kind's own series, by the names the service gives them.
+  const names = Array.isArray(h.series) ? h.series : [];
+  const col = (p, name) => { const i = names.indexOf(name); return i >= 0 && Array.isArray(p.kind) ? p.kind[i] : null; };
+  const kindRows = (...cols) => pts.filter(p => Array.isArray(p.kind)).map(p => [p.ts, ...cols.map(c => col(p, c))]);
+  if (names.includes("accuracy_recent")) {
+    j.chart("acc").prepend(kindRows("accuracy_recent", "accuracy_all"));
+    j.chart("loss").prepend(kindRows("log_loss_recent", "log_loss_all"));
+  }
+  if (names.includes("estimate")) j.chart("distinct").prepend(kindRows("estimate", "lower", "upper"));
+  if (names.includes("match_rate")) j.chart("join").prepend(kindRows("match_rate", "state_bytes"));
 }
 
 function removeJob(name) {
