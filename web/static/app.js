@@ -1085,6 +1085,7 @@ async function pollJobs() {
   const names = new Set(list.map(s => s.name));
   for (const name of [...jobs.keys()]) if (!names.has(name)) removeJob(name);
   const ul = document.getElementById("joblist"), box = document.getElementById("jobs");
+  let prev = null;
   for (const s of list) {
     const j = jobView(s.name, s.kind);
     j.polledAt = Date.now();
@@ -1093,11 +1094,21 @@ async function pollJobs() {
       j.historyAsked = true;
       loadHistory(j);
     }
-    // Keep the service's order.
-    ul.appendChild(j.item);
-    box.appendChild(j.el);
+    // Keep the service's order, moving only what is out of place: a move
+    // takes the element out of the page and puts it back, and whatever
+    // holds it then (a selection, a browser's inspector) loses it.
+    placeAfter(ul, j.item, prev && prev.item);
+    placeAfter(box, j.el, prev && prev.el);
+    prev = j;
     if (!j.statsAt) j.update(s, Date.now(), false);
   }
+}
+
+// placeAfter puts el right after prev in parent (first when prev is
+// null), unless it is there already.
+function placeAfter(parent, el, prev) {
+  const at = prev ? prev.nextElementSibling : parent.firstElementChild;
+  if (at !== el) parent.insertBefore(el, at);
 }
 
 // parseMetrics reads the counters the feed lacks from Prometheus' text format.
