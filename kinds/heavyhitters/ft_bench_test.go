@@ -52,7 +52,9 @@ func cpuTime() time.Duration {
 // Sub-benchmark default has the default bounds; compact1024 the same with
 // compact_every 1024 (no full backup after the first: what the full ones
 // cost); bounds10x has Θ, L and Γ ten times the defaults (10,000 and
-// 100,000); unbounded has bounds too large to be reached (a backup at the
+// 100,000); nodivergence has Θ out of reach and the default L and Γ
+// (the backups the events at risk force by themselves: 168 of the
+// default's 270); unbounded has bounds too large to be reached (a backup at the
 // start and the end only, no sender held back): the cost of the mode
 // without its backups.
 func BenchmarkFTApprox(b *testing.B) {
@@ -64,6 +66,7 @@ func BenchmarkFTApprox(b *testing.B) {
 		{"default", runtime.FTSpec{Mode: ft.ModeApprox}},
 		{"compact1024", runtime.FTSpec{Mode: ft.ModeApprox, CompactEvery: 1024}},
 		{"bounds10x", runtime.FTSpec{Mode: ft.ModeApprox, MaxDivergence: 10_000, MaxPending: 100_000, MaxUnacked: 100_000}},
+		{"nodivergence", runtime.FTSpec{Mode: ft.ModeApprox, MaxDivergence: 1e15}},
 		{"unbounded", runtime.FTSpec{Mode: ft.ModeApprox, MaxDivergence: 1e15, MaxPending: 1 << 30, MaxUnacked: 1 << 30}},
 	} {
 		b.Run(v.name, func(b *testing.B) { benchFTApprox(b, v.fts, vs) })
