@@ -710,6 +710,15 @@ type PartitionFT struct {
 // unackedCounter is implemented by kinds that report γ's count.
 type unackedCounter interface{ unacked(partition int) int64 }
 
+// liveDivergence is the unit's divergence as of its last event, 0 for a
+// state that does not say.
+func (u *stateUnit) liveDivergence() float64 {
+	if lv, ok := u.op.(interface{ liveDivergence() float64 }); ok {
+		return lv.liveDivergence()
+	}
+	return 0
+}
+
 // historyPoint is the fault tolerance in a history point: what the
 // status says of divergence, θ and backups, without its per-partition
 // and disk parts.
@@ -721,9 +730,7 @@ func (f *jobFT) historyPoint() *HistoryFT {
 	}
 	f.mu.Unlock()
 	for _, u := range f.units {
-		if lv, ok := u.op.(interface{ liveDivergence() float64 }); ok {
-			h.Divergence += lv.liveDivergence()
-		}
+		h.Divergence += u.liveDivergence()
 		h.Backups += u.stats.full.Load() + u.stats.delta.Load()
 		h.BackupBytes += u.stats.bytes.Load()
 	}
@@ -746,10 +753,8 @@ func (f *jobFT) status(j *Job) *FTStatus {
 	st.Backups.Errors = f.errors.Load()
 	var last int64
 	for i, u := range f.units {
-		if lv, ok := u.op.(interface{ liveDivergence() float64 }); ok {
-			st.Units[i].Divergence = lv.liveDivergence()
-			st.Divergence += st.Units[i].Divergence
-		}
+		st.Units[i].Divergence = u.liveDivergence()
+		st.Divergence += st.Units[i].Divergence
 		st.Units[i].Full, st.Units[i].Delta, st.Units[i].Bytes = u.stats.full.Load(), u.stats.delta.Load(), u.stats.bytes.Load()
 		st.Backups.Full += u.stats.full.Load()
 		st.Backups.Delta += u.stats.delta.Load()

@@ -53,16 +53,6 @@ func (v ChartValue) MarshalJSON() ([]byte, error) {
 	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
 }
 
-func (v *ChartValue) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		*v = ChartValue(math.NaN())
-		return nil
-	}
-	f, err := strconv.ParseFloat(string(b), 64)
-	*v = ChartValue(f)
-	return err
-}
-
 // history is a ring of the last HistoryLen points; its sampler's mutex
 // guards it.
 type history struct {

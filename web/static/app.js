@@ -990,8 +990,10 @@ async function loadHistory(j) {
   }
   // The kind's own series, by the names the service gives them.
   const names = Array.isArray(h.series) ? h.series : [];
-  const col = (p, name) => { const i = names.indexOf(name); return i >= 0 && Array.isArray(p.kind) ? p.kind[i] : null; };
-  const kindRows = (...cols) => pts.filter(p => Array.isArray(p.kind)).map(p => [p.ts, ...cols.map(c => col(p, c))]);
+  const kindRows = (...cols) => {
+    const at = cols.map(c => names.indexOf(c));
+    return pts.filter(p => Array.isArray(p.kind)).map(p => [p.ts, ...at.map(i => i >= 0 ? p.kind[i] : null)]);
+  };
   if (names.includes("accuracy_recent")) {
     j.chart("acc").prepend(kindRows("accuracy_recent", "accuracy_all"));
     j.chart("loss").prepend(kindRows("log_loss_recent", "log_loss_all"));
