@@ -368,8 +368,10 @@ func ownership(ms map[string]*Manager, keys []string) (map[string]map[string]uin
 	return out, true
 }
 
-// waitBalanced waits until every key is owned exactly once and each node
-// owns per keys (or per or per+1 when per < 0 is not given exactly).
+// waitBalanced waits until every key is owned exactly once, each node
+// owns per keys, and the journal holds every owner's Acquired call of its
+// keys: Acquired runs on its own goroutine, after Owned shows the key, so
+// a test that marks the journal here would otherwise see it land later.
 func (c *testCluster) waitBalanced(timeout time.Duration, per int) map[string]map[string]uint64 {
 	c.t.Helper()
 	var own map[string]map[string]uint64
@@ -384,9 +386,22 @@ func (c *testCluster) waitBalanced(timeout time.Duration, per int) map[string]ma
 				return false
 			}
 		}
-		return true
+		return journaled(c.j.snapshot(), own)
 	})
 	return own
+}
+
+// journaled says whether events hold an Acquired call of every owned key
+// by its owner with its token.
+func journaled(events []event, own map[string]map[string]uint64) bool {
+	for node, ks := range own {
+		for k, token := range ks {
+			if !slices.Contains(events, event{node, "acquired", k, token}) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func testKeys() []string {
