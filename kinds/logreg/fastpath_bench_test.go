@@ -89,3 +89,22 @@ func threadTime() time.Duration {
 	_ = syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkNamesObserve is the name dictionary's work for one sampled
+// event (one in namesEvery is): its names counted at their slots.
+func BenchmarkNamesObserve(b *testing.B) {
+	j := fastJobs(b)[0]
+	evs := benchEvents()
+	recs := make([]runtime.Record, len(evs))
+	var a runtime.Arena
+	for i, ev := range evs {
+		if !j.ExtractBytes(ev, &recs[i], &a, 0) {
+			b.Fatal("declined")
+		}
+	}
+	defer threadCPU(b)()
+	for i := 0; b.Loop(); i++ {
+		k := i % len(evs)
+		j.names.observeRaw(evs[k], j.fields.Features, recs[k].Features, j.model)
+	}
+}
