@@ -495,7 +495,11 @@ func (n *Node) clearStaleRescale(e jetstream.KeyValueEntry) {
 }
 
 // rescaleStale says whether a rescale mark was left by a coordinator that
-// is gone or took longer than any rescale may.
+// is gone or took longer than any rescale may. A coordinator whose node
+// started after the mark is gone too: its rescale died with the process
+// (a node restarted within a lease TTL or two of a kill -9 is live again
+// under its name, and would otherwise hold the job's rescales off until
+// the timeout).
 func (n *Node) rescaleStale(mark *rescaleMark) bool {
 	age := time.Since(mark.At)
 	if age > n.engine.RescaleTimeout()+everyNodeWait {
@@ -506,7 +510,7 @@ func (n *Node) rescaleStale(mark *rescaleMark) bool {
 	}
 	for _, ni := range n.leases.Nodes() {
 		if ni.Name == mark.By {
-			return false
+			return ni.Started.After(mark.At)
 		}
 	}
 	return true

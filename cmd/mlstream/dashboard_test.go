@@ -900,32 +900,35 @@ func (b *browser) checkBadgesTellTheTruth() {
 
 // checkHistoryOnOpen opens the page anew once the service has a history
 // of its jobs: the charts show the last seconds at once, not one point a
-// second from now on.
+// second from now on. "At once" is judged by the points, not by a clock
+// (a loaded machine may take seconds to reload the page): within
+// historyWait the live feed alone adds at most a point a second, far
+// fewer than the history holds.
 func (b *browser) checkHistoryOnOpen(url string) {
 	t := b.t
 	t.Helper()
+	const historyWait = 8 * time.Second
+	const want = 20 // points of history: more than historyWait's live ones + 3
 	var n int
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(40 * time.Second)
 	for {
 		var h struct{ Points []map[string]any }
 		getJSON(t, url+"/v1/jobs/"+demoJob+"/history", &h)
-		if n = len(h.Points); n >= 15 || time.Now().After(deadline) {
+		if n = len(h.Points); n >= want || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond) // one point a second; poll
 	}
-	if n < 15 {
-		b.fatalf("the service's history of %s has %d points after 30 s", demoJob, n)
+	if n < want {
+		b.fatalf("the service's history of %s has %d points after 40 s", demoJob, n)
 	}
 	opened := time.Now()
 	b.do("reopening the dashboard", chromedp.Reload())
 	// Every chart of a job, not only the rates: the model's accuracy and
 	// loss, its backups, the distinct count (another job).
 	b.waitFor("the charts show the history at once", `s.conn === "live" && s.ratePoints >= s0 - 3 && s.groupPoints >= s0 - 3 &&
-		s.acc >= s0 - 3 && s.loss >= s0 - 3 && s.backupPoints >= s0 - 3 && s.distinctPoints >= s0 - 3`, n, 3*time.Second)
-	if d := time.Since(opened); d > 3*time.Second {
-		b.fatalf("history drawn after %v", d)
-	}
+		s.acc >= s0 - 3 && s.loss >= s0 - 3 && s.backupPoints >= s0 - 3 && s.distinctPoints >= s0 - 3`, n, historyWait)
+	t.Logf("history of %d points drawn %v after the reload", n, time.Since(opened).Round(time.Millisecond))
 }
 
 // getJSON GETs url and decodes its JSON body into v, insisting on 200.
