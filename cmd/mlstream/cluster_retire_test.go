@@ -35,10 +35,6 @@ func TestClusterRescaleForwardsLateEvents(t *testing.T) {
 	_, js := jetStreamAt(t, url)
 	oldStreams := inputStreamsOf(t, js, "top")
 	_, late := storedMessage(t, js, oldStreams)
-	// The late request goes to a partition the stalled node owns: nothing
-	// processes it before the move (its owner is stopped), so the move
-	// cannot hold it and the retirement must forward it.
-	subj := subjectOwnedBy(t, js, oldStreams, clusterStatusAt(t, u0), "top", nodeName(1))
 	logged, err := runtime.DecodeLogged(late)
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +60,12 @@ func TestClusterRescaleForwardsLateEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = nodes[1].cmd.Process.Signal(syscall.SIGCONT) }()
+	// The late request goes to a partition the stalled node owns now (as
+	// the running node sees it: leases may have moved since the job
+	// started): nothing processes it before the move (its owner is
+	// stopped), so the move cannot hold it and the retirement must
+	// forward it.
+	subj := subjectOwnedBy(t, js, oldStreams, clusterStatusAt(t, u0), "top", nodeName(1))
 	if _, err := js.Publish(t.Context(), subj, late, jetstream.WithMsgID("late-request")); err != nil {
 		t.Fatalf("the late request was refused before the old layout was retired: %v", err)
 	}
@@ -79,11 +81,13 @@ func TestClusterRescaleForwardsLateEvents(t *testing.T) {
 	})
 	// Forwarded, as a rule. Once in ~20 runs under load nothing was
 	// forwarded and every event still counted exactly once on both nodes:
-	// the moved state held the late request (how is not pinned down: the
-	// stop, the publish and the move race; the retirement forwards only
-	// what follows the held positions). Either way every event must count
-	// once (waitTotal below is exact): held and forwarded would count
-	// twice, neither not at all.
+	// the moved state held the late request. The subject was then chosen
+	// by the owners as the job started (a partition handed to the running
+	// node since would take the request in and back it up before the
+	// move); it is chosen after the stop now, and the log names the
+	// subject and the owners should it happen again. Either way every
+	// event must count once (waitTotal below is exact): held and
+	// forwarded would count twice, neither not at all.
 	fwd := regexp.MustCompile(`previous layout retired.*forwarded_events=(\d+)`).FindStringSubmatch(nodes[0].output() + nodes[1].output())
 	if fwd == nil {
 		t.Fatal("no node logged the old layout's retirement")
@@ -93,7 +97,7 @@ func TestClusterRescaleForwardsLateEvents(t *testing.T) {
 		t.Fatalf("%d events forwarded, more than the %d late ones", forwarded, lateEvents)
 	}
 	if forwarded < lateEvents {
-		t.Logf("the moved state held %d of the %d late events (the stalled node's backup had them); %d forwarded", lateEvents-forwarded, lateEvents, forwarded)
+		t.Logf("the moved state held %d of the %d late events published to %s; %d forwarded; owners now: %+v", lateEvents-forwarded, lateEvents, subj, forwarded, clusterStatusAt(t, u0).Jobs)
 	}
 	a, b := clusterStatusAt(t, u0).Counts, clusterStatusAt(t, u1).Counts
 	if a.Retired+b.Retired != 1 || a.LateEvents+b.LateEvents != uint64(forwarded) {
