@@ -45,7 +45,7 @@ func TestEveryMessageTypeDecodes(t *testing.T) {
 	}
 	defer sub.Close()
 
-	const ts0 = 1_700_000_000_000
+	const ts0 int64 = 1_700_000_000_000
 	// A labelled event for logreg; u for the synopses (the second closes
 	// hh's first 1s window: a backup); a pair for the join.
 	for _, p := range []struct{ stream, body string }{

@@ -16,7 +16,7 @@ var ErrCorrupt = errors.New("joins: corrupt backup")
 
 const (
 	magic     = "MLJN"
-	maxBackup = 1 << 31
+	maxBackup = 1<<31 - 1 // 2 GiB, as far as an int goes on 32-bit platforms
 	// tupleWire is the encoded size of a tuple: hash, ts, value, acc, m,
 	// win, side.
 	tupleWire = 8*4 + 4 + 4 + 1

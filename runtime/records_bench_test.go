@@ -12,7 +12,7 @@ import (
 func benchRecords(n int, features bool) []Record {
 	recs := make([]Record, n)
 	for i := range recs {
-		recs[i] = Record{TS: int64(1764500000000 + i), Label: -1, Key: fmt.Sprintf("user-%d", i%1013)}
+		recs[i] = Record{TS: 1764500000000 + int64(i), Label: -1, Key: fmt.Sprintf("user-%d", i%1013)}
 		if features {
 			for k := range 20 {
 				recs[i].Features = append(recs[i].Features, learners.Feature{Hash: uint64(i*31 + k), Value: 1})
