@@ -28,7 +28,7 @@ const (
 
 // Bytes behind the estimates, measured on amd64 (see budget_test.go).
 const (
-	// queuedEventBytes is a queued event: its Record (~100 bytes) and
+	// queuedEventBytes is a queued event: its Record (96 bytes) and
 	// what extraction copied (a few features or values).
 	queuedEventBytes = 192
 )

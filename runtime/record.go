@@ -29,16 +29,18 @@ type Record struct {
 	TS  int64
 	Key string
 	// Label is -1 when the event has no label, else 0 or 1.
-	Label    int8
+	Label int8
+	// Side is the stream an event came from for a kind of two streams
+	// (Kind.TwoStreams: 0 left, 1 right), set before extraction. (Beside
+	// Label: one word for both.)
+	Side     uint8
 	Features []learners.Feature
 	// Values are strings the kind reads from the event (e.g. the values
 	// a sketch counts).
 	Values []string
-	// Side is the stream an event came from for a kind of two streams
-	// (Kind.TwoStreams: 0 left, 1 right), set before extraction. Value is
-	// a number of the kind's (e.g. what a join sums) or, for an event that
-	// load shedding kept with Reweight, its weight 1/p (0 means 1).
-	Side  uint8
+	// Value is a number of the kind's (e.g. what a join sums) or, for an
+	// event that load shedding kept with Reweight, its weight 1/p (0
+	// means 1).
 	Value float64
 }
 
