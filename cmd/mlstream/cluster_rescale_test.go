@@ -20,9 +20,7 @@ import (
 // url and returns the status code and the JSON body.
 func patchPartitions(t *testing.T, url, job string, n int) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPatch, url+"/v1/jobs/"+job, bytes.NewReader(fmt.Appendf(nil, `{"partitions":%d}`, n)))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := patchRequest(url, job, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +28,14 @@ func patchPartitions(t *testing.T, url, job string, n int) (int, map[string]any)
 	var body map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	return resp.StatusCode, body
+}
+
+// patchRequest sends PATCH {"partitions": n} for job to node url (safe
+// from any goroutine: it reports errors instead of failing the test).
+func patchRequest(url, job string, n int) (*http.Response, error) {
+	req, _ := http.NewRequest(http.MethodPatch, url+"/v1/jobs/"+job, bytes.NewReader(fmt.Appendf(nil, `{"partitions":%d}`, n)))
+	req.Header.Set("Content-Type", "application/json")
+	return http.DefaultClient.Do(req)
 }
 
 // elasticOf is a job's partition count and rescale generation as node url
@@ -216,9 +222,7 @@ func TestClusterKill9DuringRescale(t *testing.T) {
 		// timeout (~40 s): 25 s of asking is all it gets.
 		go func() {
 			for deadline := time.Now().Add(25 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-				req, _ := http.NewRequest(http.MethodPatch, c.url(k)+"/v1/jobs/top", bytes.NewReader(fmt.Appendf(nil, `{"partitions":%d}`, targets[run])))
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := http.DefaultClient.Do(req)
+				resp, err := patchRequest(c.url(k), "top", targets[run])
 				if err != nil {
 					return // killed meanwhile
 				}
