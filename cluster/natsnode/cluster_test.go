@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlstream/mlstream/internal/testaddr"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -17,13 +18,13 @@ func startCluster(t *testing.T, ctx context.Context, n int, clientPorts bool) ([
 	t.Helper()
 	peers := make([]string, n)
 	for i := range peers {
-		peers[i] = freeAddr(t)
+		peers[i] = testaddr.Free(t)
 	}
 	cfgs := make([]Config, n)
 	for i := range cfgs {
 		cfgs[i] = Config{Name: fmt.Sprintf("n%d", i+1), Dir: t.TempDir(), ClusterAddr: peers[i], Peers: peers, Logger: testLogger()}
 		if clientPorts {
-			cfgs[i].ClientAddr = freeAddr(t)
+			cfgs[i].ClientAddr = testaddr.Free(t)
 		}
 	}
 	nodes := make([]*Node, n)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlstream/mlstream/internal/testaddr"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -52,7 +53,7 @@ func TestExternalNATS(t *testing.T) {
 
 	t.Run("KV, and a reconnect after the server restarts", func(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
-		addr, dir := freeAddr(t), t.TempDir()
+		addr, dir := testaddr.Free(t), t.TempDir()
 		kill := runNATSServer(t, bin, addr, "-js", "-sd", dir)
 		n, err := Connect(ctx, "nats://"+addr, "tester", testLogger())
 		if err != nil {
@@ -86,7 +87,7 @@ func TestExternalNATS(t *testing.T) {
 	})
 
 	t.Run("a server without JetStream fails at once", func(t *testing.T) {
-		addr := freeAddr(t)
+		addr := testaddr.Free(t)
 		runNATSServer(t, bin, addr)
 		start := time.Now()
 		n, err := Connect(testCtx(t, 20*time.Second), "nats://"+addr, "tester", testLogger())
@@ -107,7 +108,7 @@ func TestConnectGivesUpWithCtx(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	start := time.Now()
-	n, err := Connect(ctx, "nats://"+freeAddr(t), "tester", testLogger())
+	n, err := Connect(ctx, "nats://"+testaddr.Free(t), "tester", testLogger())
 	if err == nil {
 		n.Close()
 		t.Fatal("Connect succeeded with nothing listening")

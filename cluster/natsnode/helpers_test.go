@@ -4,23 +4,11 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"os"
 	"sync"
 	"testing"
 	"time"
 )
-
-// freeAddr returns a loopback host:port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlstream/mlstream/internal/testaddr"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -168,7 +169,7 @@ func TestStartFailsOnServerFatal(t *testing.T) {
 		want string
 	}{
 		{Config{Name: "a", Dir: t.TempDir(), ClientAddr: taken.Addr().String()}, "listening on port"},
-		{Config{Name: "b", Dir: t.TempDir(), ClusterAddr: taken.Addr().String(), Peers: []string{freeAddr(t)}}, "listening on router port"},
+		{Config{Name: "b", Dir: t.TempDir(), ClusterAddr: taken.Addr().String(), Peers: []string{testaddr.Free(t)}}, "listening on router port"},
 		{Config{Name: "c", Dir: notDir}, "start JetStream"},
 	} {
 		cfg := tc.cfg
@@ -189,12 +190,12 @@ func TestStartFailsOnServerFatal(t *testing.T) {
 }
 
 func TestLoneClusteredNodeGivesUpWithCtx(t *testing.T) {
-	self := freeAddr(t)
+	self := testaddr.Free(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	n, err := Start(ctx, Config{Name: "lone", Dir: dir, ClusterAddr: self, Peers: []string{self, freeAddr(t)}, Logger: slog.New(slog.DiscardHandler)})
+	n, err := Start(ctx, Config{Name: "lone", Dir: dir, ClusterAddr: self, Peers: []string{self, testaddr.Free(t)}, Logger: slog.New(slog.DiscardHandler)})
 	if err == nil {
 		n.Close()
 		t.Fatal("a lone clustered node got a meta leader")

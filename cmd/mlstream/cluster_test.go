@@ -19,6 +19,7 @@ import (
 	"github.com/mlstream/mlstream/client"
 	"github.com/mlstream/mlstream/cluster"
 	"github.com/mlstream/mlstream/internal/gen"
+	"github.com/mlstream/mlstream/internal/testaddr"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -38,11 +39,11 @@ func startTestCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t}
 	for range n {
-		c.routes = append(c.routes, freeAddr(t))
+		c.routes = append(c.routes, testaddr.Free(t))
 	}
 	peers := strings.Join(c.routes, ",")
 	for i := range n {
-		args := []string{"serve", "--addr", freeAddr(t), "--data", t.TempDir(), "--node", nodeName(i),
+		args := []string{"serve", "--addr", testaddr.Free(t), "--data", t.TempDir(), "--node", nodeName(i),
 			"--cluster", c.routes[i], "--peers", peers, "--lease-ttl", clusterTTL, "--partitions", "6"}
 		c.args = append(c.args, append(args, extra...))
 	}
@@ -438,7 +439,7 @@ func startExternalPairWith(t *testing.T, spec string) (string, []*proc) {
 	url := startNATSServer(t)
 	var nodes []*proc
 	for i := range 2 {
-		nodes = append(nodes, start(t, "serve", "--addr", freeAddr(t), "--data", t.TempDir(), "--node", nodeName(i),
+		nodes = append(nodes, start(t, "serve", "--addr", testaddr.Free(t), "--data", t.TempDir(), "--node", nodeName(i),
 			"--nats", url, "--lease-ttl", clusterTTL, "--partitions", "4"))
 	}
 	putJobAt(t, nodes[0].url(), spec)
@@ -502,7 +503,7 @@ func startNATSServer(t *testing.T) string {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
 		t.Skipf("cannot build nats-server: %v\n%s", err, out)
 	}
-	addr := freeAddr(t)
+	addr := testaddr.Free(t)
 	_, port, _ := strings.Cut(addr, ":")
 	cmd := exec.Command(bin, "-js", "-sd", filepath.Join(dir, "store"), "-a", "127.0.0.1", "-p", port)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -658,7 +659,7 @@ func TestClusterBSPAcrossNodes(t *testing.T) {
 // every node serves the demo's jobs.
 func TestDemoClusterOnAFreshDirectory(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "mlstream-data")
-	demo := start(t, "demo", "--nodes", "3", "--addr", freeAddr(t), "--data", data, "--rate", "500")
+	demo := start(t, "demo", "--nodes", "3", "--addr", testaddr.Free(t), "--data", data, "--rate", "500")
 	// Stopped as a user does (Ctrl-C), which stops its nodes and waits for
 	// them, before the directory goes: killed, it would leave them writing.
 	t.Cleanup(func() {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/mlstream/mlstream/internal/testaddr"
 )
 
 // clusterPage is the Cluster panel as a reader sees it, read by the data
@@ -263,7 +264,7 @@ func (b *browser) checkClusterPhone() {
 // ask for one (the service answers /v1/cluster with 404).
 func TestDashboardClusterPanelHiddenSingleNode(t *testing.T) {
 	b := newBrowser(t)
-	srv := start(t, "serve", "--addr", freeAddr(t), "--data", t.TempDir())
+	srv := start(t, "serve", "--addr", testaddr.Free(t), "--data", t.TempDir())
 	url := srv.url()
 	resp, err := http.Get(url + "/v1/cluster")
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/mlstream/mlstream/client"
+	"github.com/mlstream/mlstream/internal/testaddr"
 )
 
 // chromiumPath finds a Chromium binary. Without one the test is skipped,
@@ -37,35 +37,6 @@ func chromiumPath(t *testing.T) string {
 	t.Fatal("no chromium binary on PATH; .ci/run installs Debian's chromium")
 	return ""
 }
-
-// freeAddr returns a loopback address with a free port, so a restarted
-// server can listen where the page expects it.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		// The kernel may offer a port again once it is closed, before
-		// the process it was meant for binds it (a cluster's route port
-		// and a node's HTTP port were once the same).
-		if !handedOut.addrs[addr] {
-			handedOut.addrs[addr] = true
-			return addr
-		}
-	}
-}
-
-// handedOut are the addresses freeAddr gave out in this test process.
-var handedOut = struct {
-	sync.Mutex
-	addrs map[string]bool
-}{addrs: map[string]bool{}}
 
 // browser is one headless Chromium tab and everything its console said.
 type browser struct {
@@ -321,7 +292,7 @@ func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 // and shows the recovery.
 func TestDashboardInBrowser(t *testing.T) {
 	b := newBrowser(t)
-	addr, data := freeAddr(t), t.TempDir()
+	addr, data := testaddr.Free(t), t.TempDir()
 	args := []string{"demo", "--addr", addr, "--data", data, "--rate", "2000"}
 	srv := start(t, args...)
 	url := srv.url()

@@ -1,0 +1,22 @@
+//go:build unix
+
+package testaddr
+
+import (
+	"os"
+	"syscall"
+)
+
+// lockFile takes an exclusive lock on the file at path without waiting;
+// the kernel drops it when the process ends, however it ends.
+func lockFile(path string) (unlock func(), ok bool) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, false
+	}
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		f.Close()
+		return nil, false
+	}
+	return func() { f.Close() }, true
+}
