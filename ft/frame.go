@@ -167,6 +167,27 @@ const (
 	backupOverhead = backupHeaderLen + 8 + 4
 )
 
+// A chain file's last backup is followed by an end mark: the magic, then
+// the index of the chain's full backup (so that an older chain's own mark
+// is not taken for it). What follows the mark is left of an older chain
+// in a reused file (see DirStore's createChain); without the mark, bytes
+// after the last intact backup are a torn one. Each backup is written with
+// the mark after it, in one write, and the next backup overwrites the mark.
+// (Chain files of earlier versions end at their last backup, without one.)
+const (
+	endMagic   = "MLSE"
+	endMarkLen = 4 + 8
+)
+
+func appendEndMark(b []byte, chain uint64) []byte {
+	return binary.LittleEndian.AppendUint64(append(b, endMagic...), chain)
+}
+
+// isEndMark says whether b starts with the end mark of chain.
+func isEndMark(b []byte, chain uint64) bool {
+	return len(b) >= endMarkLen && string(b[:4]) == endMagic && binary.LittleEndian.Uint64(b[4:endMarkLen]) == chain
+}
+
 // backupParts returns the framing of a backup around its data, so the data
 // (possibly megabytes) can be written from the caller's slice without a
 // copy: the frame is head, data, tail.

@@ -79,14 +79,17 @@ var ErrNoFullBackup = errors.New("ft: delta backup without a full backup before 
 // DirStore is the default Store: a local directory with one file per chain,
 // <dir>/<job>/<partition or "global">/chain-<index of its full backup>.bin,
 // the full backup's frame followed by the frames of its deltas (frame.go).
-// A full Put creates the chain's file (or renames a spare, an empty file
-// kept for it, to it) and keeps it open; each delta Put appends to
-// it, so a backup costs a write, not a file creation. With
+// A full Put creates the chain's file (or renames a spare, an old chain's
+// file kept for it, to it, and writes over the old chain) and keeps it
+// open; each delta Put writes after the previous backup, so a backup
+// costs a write, not a file creation. Every write ends with an end mark
+// (frame.go) after the backup; the next one overwrites it. With
 // BackupMeta.Durable, Put fsyncs the file (and, for a new chain, the
 // directory) before it returns.
 //
 // A backup is wholly there or ignored: a frame torn by a crash fails its
-// CRC, and Chain stops the chain before it; a torn full backup makes Chain
+// CRC (or the end mark is missing after it), and Chain stops the chain
+// before it; a torn full backup makes Chain
 // fall back to the previous chain. A delta is only ever appended right
 // after the frame this process wrote before it, so DirStore refuses (with
 // ErrNoFullBackup) a delta Put when it has no chain open for appends: after
@@ -104,9 +107,9 @@ var ErrNoFullBackup = errors.New("ft: delta backup without a full backup before 
 //
 // Retention: after a full Put, the store keeps that chain and the newest one
 // before it whose full backup is intact (the fallback when the newest full
-// backup is damaged) and deletes the other chains, but for those it empties
-// and keeps as spares for the next full Puts: spare-1.bin and spare-2.bin,
-// created with a key's first chain. Files of the earlier
+// backup is damaged) and deletes the other chains, but for those it keeps,
+// as they are, as spares for the next full Puts: spare-1.bin and
+// spare-2.bin, created empty with a key's first chain. Files of the earlier
 // one-file-per-backup layout (backup-*.bin, a data directory of an earlier
 // version) are recovered from while the key has no chain file, and are
 // deleted with the older chains after the first full Put.
@@ -248,6 +251,11 @@ func readChainFile(path string, index uint64) (backups []Backup, size int64, dam
 	}
 	off := 0
 	for off < len(b) || len(backups) == 0 {
+		if len(backups) > 0 && isEndMark(b[off:], index) {
+			// The rest is an older chain's, in a reused file; the size is
+			// of the backups, as Put counts them.
+			return backups, int64(off), nil, nil
+		}
 		meta, data, n, doff, reason := decodeFrame(b[off:])
 		if reason == "" {
 			switch {
@@ -364,22 +372,26 @@ var framePool = sync.Pool{New: func() any { return new([]byte) }}
 // are written in three pieces.
 const maxPooledFrame = 64 << 10
 
-// writeFrame writes head, data and tail to f and returns how many bytes
-// that is; an error means the frame may be partly written.
-func writeFrame(f *os.File, head, data, tail []byte) (int64, error) {
+// writeFrame writes head, data and tail to f at offset off, followed by
+// the end mark of chain, and returns the frame's length (the mark is not
+// counted: the next frame goes over it); an error means the frame may be
+// partly written.
+func writeFrame(f *os.File, off int64, chain uint64, head, data, tail []byte) (int64, error) {
 	n := len(head) + len(data) + len(tail)
-	if n <= maxPooledFrame {
+	if n+endMarkLen <= maxPooledFrame {
 		bp := framePool.Get().(*[]byte)
-		b := append(append(append((*bp)[:0], head...), data...), tail...)
-		_, err := f.Write(b)
+		b := appendEndMark(append(append(append((*bp)[:0], head...), data...), tail...), chain)
+		_, err := f.WriteAt(b, off)
 		*bp = b
 		framePool.Put(bp)
 		return int64(n), err
 	}
-	for _, b := range [][]byte{head, data, tail} {
-		if _, err := f.Write(b); err != nil {
+	at := off
+	for _, b := range [][]byte{head, data, appendEndMark(tail[:len(tail):len(tail)], chain)} {
+		if _, err := f.WriteAt(b, at); err != nil {
 			return 0, err
 		}
+		at += int64(len(b))
 	}
 	return int64(n), nil
 }
@@ -449,7 +461,7 @@ func (s *DirStore) putFull(ks *keyState, meta BackupMeta, head, data, tail []byt
 		ks.loaded = false // list the directory again before the next Put
 		return err
 	}
-	size, err := writeFrame(f, head, data, tail)
+	size, err := writeFrame(f, 0, meta.Index, head, data, tail)
 	if err == nil && meta.Durable {
 		if err = f.Sync(); err == nil {
 			err = syncDir(ks.dir)
@@ -470,22 +482,26 @@ func (s *DirStore) putFull(ks *keyState, meta BackupMeta, head, data, tail []byt
 	return nil
 }
 
-// spareNames are empty files for the next full backups to take: older
-// chain files that retention emptied instead of deleting them, and two
-// created with a key's first chain. Renaming a file costs ~10 µs, creating
+// spareNames are files for the next full backups to take: older chain
+// files that retention kept instead of deleting them, and two created
+// empty with a key's first chain. Renaming a file costs ~10 µs, creating
 // one 100-600 µs of CPU (ext4 on a 2-core VM), and mode approx starts a
 // chain every few dozen backups: once a key has its files, it creates
 // none. Neither chains nor files of the earlier layout: Chain and Usage
 // pass them over.
 var spareNames = [...]string{"spare-1.bin", "spare-2.bin"}
 
-// createChain creates the file of a new chain, empty: a spare renamed when
-// there is one, else a new file, and with a key's first chain the spares.
-// (Renamed or created, the file is empty under the chain's name until its
-// full backup is written: a crash in between leaves a torn full backup,
-// and Chain falls back to the chain before. A spare that is not empty
-// would read as damaged too: its first backup is not the one the name
-// says.) Called with ks.mu held.
+// createChain opens the file of a new chain for writing from its start: a
+// spare renamed when there is one, else a new file, and with a key's first
+// chain the spares. A spare keeps the bytes of the chain it was: the new
+// chain's backups are written over them, because writing over pages the
+// operating system holds already costs a fifth of appending fresh ones
+// (BenchmarkFileWrites), and what is left after its last backup reads as
+// a stale tail (staleTail). Until its full backup is written, the file
+// under the chain's name starts with another chain's full backup, or
+// nothing: a crash in between reads as a damaged chain (its first backup
+// is not the one the name says), and Chain falls back to the chain
+// before. Called with ks.mu held.
 func (s *DirStore) createChain(ks *keyState, path string) (*os.File, error) {
 	// A rename would replace a file of the chain's name: none must be
 	// there (one process writes a directory at a time).
@@ -494,7 +510,7 @@ func (s *DirStore) createChain(ks *keyState, path string) (*os.File, error) {
 			if os.Rename(filepath.Join(ks.dir, name), path) != nil {
 				continue
 			}
-			if f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0); err == nil {
+			if f, err := os.OpenFile(path, os.O_WRONLY, 0); err == nil {
 				return f, nil
 			}
 			os.Remove(path)
@@ -512,15 +528,16 @@ func (s *DirStore) createChain(ks *keyState, path string) (*os.File, error) {
 	return f, err
 }
 
-// discard deletes an old chain file, or makes it a spare (emptied first,
-// so that a spare never holds backups) if one is missing. Called with
-// ks.mu held.
+// discard deletes an old chain file, or makes it a spare, as it is, if
+// one is missing: its backups are written over by the chain that takes it
+// (createChain), and a spare is never read as a chain. Called with ks.mu
+// held.
 func (s *DirStore) discard(ks *keyState, name string) error {
 	path := filepath.Join(ks.dir, name)
 	for _, spare := range spareNames {
 		spare = filepath.Join(ks.dir, spare)
 		if _, err := os.Lstat(spare); errors.Is(err, fs.ErrNotExist) {
-			if os.Truncate(path, 0) == nil && os.Rename(path, spare) == nil {
+			if os.Rename(path, spare) == nil {
 				return nil
 			}
 			break
@@ -533,7 +550,7 @@ func (s *DirStore) discard(ks *keyState, name string) error {
 // ks.open set.
 func putDelta(ks *keyState, meta BackupMeta, head, data, tail []byte) error {
 	cf := &ks.files[len(ks.files)-1]
-	n, err := writeFrame(ks.open, head, data, tail)
+	n, err := writeFrame(ks.open, cf.size, cf.index, head, data, tail)
 	if err == nil && meta.Durable {
 		err = ks.open.Sync()
 	}

@@ -12,7 +12,9 @@ import (
 //
 // On a 2-core AMD EPYC VM: 300-550 µs/op, 24 allocs/op with one file per
 // backup (temporary file, write, close, rename); 22-40 µs/op, 5 allocs/op
-// with one file per chain and deltas appended.
+// with one file per chain and deltas appended; 4.8-5.2 µs/op with each new
+// chain written over an old chain's file (2026-12-02, against 21.8-24.7
+// µs/op for the emptied files before, alternately).
 func BenchmarkStorePutMixed(b *testing.B) {
 	s, err := NewDirStore(b.TempDir())
 	if err != nil {

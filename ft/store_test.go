@@ -78,6 +78,9 @@ func frameEnds(t *testing.T, b []byte) []int {
 	t.Helper()
 	var ends []int
 	for off := 0; off < len(b); {
+		if len(ends) > 0 && len(b)-off == endMarkLen && string(b[off:off+4]) == endMagic {
+			break // the end mark after the last frame
+		}
 		_, _, n, _, reason := decodeFrame(b[off:])
 		if reason != "" {
 			t.Fatalf("frame at %d: %s", off, reason)
@@ -200,8 +203,8 @@ func TestStoreRoundTrip(t *testing.T) {
 		t.Fatalf("chain files %v", names)
 	}
 	wantSize := fullSize + int64(2*backupOverhead+len("delta-2")) + int64(len(mustJSON(t, d))+len(mustJSON(t, e)))
-	if fi, err := os.Stat(chainPath(s, key, 1)); err != nil || fi.Size() != wantSize {
-		t.Fatalf("chain file: %v, %v, want %d bytes", fi, err, wantSize)
+	if fi, err := os.Stat(chainPath(s, key, 1)); err != nil || fi.Size() != wantSize+endMarkLen {
+		t.Fatalf("chain file: %v, %v, want %d bytes and the end mark", fi, err, wantSize)
 	}
 	if n, b := s.Usage(key); n != 3 || b != wantSize {
 		t.Fatalf("Usage = %d, %d, want 3, %d", n, b, wantSize)
@@ -320,14 +323,16 @@ func TestStoreChain(t *testing.T) {
 					err = os.WriteFile(p, mustReadFile(t, chainPath(s, key, fullOf[full-1])), 0o644)
 				case "repeat": // the frame again after itself
 					err = os.WriteFile(p, append(b[:end:end], b[start:end]...), 0o644)
-				case "merge": // the chain appended to the previous one
+				case "merge": // the chain appended to the previous one's last frame
 					prev := chainPath(s, key, fullOf[full-1])
-					err = os.WriteFile(prev, append(mustReadFile(t, prev), b...), 0o644)
+					pb := mustReadFile(t, prev)
+					pe := frameEnds(t, pb)
+					err = os.WriteFile(prev, append(pb[:pe[len(pe)-1]], b...), 0o644)
 					if err == nil {
 						err = os.Remove(p)
 					}
-				case "trailing":
-					err = os.WriteFile(p, append(b, 0), 0o644)
+				case "trailing": // a byte where the end mark should be
+					err = os.WriteFile(p, append(b[:end:end], 0), 0o644)
 				default:
 					t.Fatalf("damage %q", d.how)
 				}
@@ -361,7 +366,7 @@ func TestStoreTornDelta(t *testing.T) {
 	p := chainPath(s, key, 1)
 	b := mustReadFile(t, p)
 	ends := frameEnds(t, b)
-	if err := os.WriteFile(p, b[:len(b)-5], 0o644); err != nil {
+	if err := os.WriteFile(p, b[:ends[2]-5], 0o644); err != nil {
 		t.Fatal(err)
 	}
 	chain, skipped, err := s.Chain(key)
@@ -404,8 +409,11 @@ func TestStoreTruncatedEverywhere(t *testing.T) {
 		for whole < len(ends) && ends[whole] <= cut {
 			whole++
 		}
+		// Clean: a cut between frames (a file that ends at its last frame,
+		// as files of earlier versions do) or after the end mark; a cut in
+		// a frame or in the mark is reported.
 		wantSkipped := 1
-		if whole > 0 && ends[whole-1] == cut {
+		if whole > 0 && ends[whole-1] == cut || cut == len(orig) {
 			wantSkipped = 0
 		}
 		chain, skipped, err := s.Chain(key)
@@ -445,9 +453,20 @@ func TestStoreRandomFlips(t *testing.T) {
 		if bytes.Equal(b, orig) {
 			continue // two flips undid each other
 		}
-		hit := 0 // the first damaged frame
-		for ends[hit] <= first {
+		hit := 0 // the first damaged frame, len(ends) for the end mark
+		for hit < len(ends) && ends[hit] <= first {
 			hit++
+		}
+		if hit == len(ends) {
+			// The end mark: every backup intact, the damage reported.
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			chain, skipped, err := s.Chain(key)
+			if err != nil || len(skipped) != 1 || len(chain) != len(origChain) {
+				t.Fatalf("flip %d in the end mark: chain of %d, skipped %v, err %v", i, len(chain), skipped, err)
+			}
+			continue
 		}
 		start := 0
 		if hit > 0 {
@@ -512,7 +531,7 @@ func TestStoreRetention(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		size += fi.Size()
+		size += fi.Size() - endMarkLen
 	}
 	n, b := s.Usage(key)
 	if n != 6 || b != size || b > maxBytes {
@@ -534,9 +553,10 @@ func TestStoreRetention(t *testing.T) {
 
 // TestStoreReusesChainFiles: a key's first chain comes with two empty
 // spare files, which the next full backups take (a rename, not a file
-// creation), and retention empties old chain files and keeps them as
-// spares instead of deleting them; a spare left with old backups in it
-// reads as a damaged chain, never as backups of the new one.
+// creation), and retention keeps old chain files as spares instead of
+// deleting them; a spare taken by a chain that crashed before its full
+// backup was written reads as a damaged chain, never as backups of the
+// new one.
 func TestStoreReusesChainFiles(t *testing.T) {
 	dir := t.TempDir()
 	s := openTestStore(t, dir)
@@ -548,8 +568,8 @@ func TestStoreReusesChainFiles(t *testing.T) {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
-			if err != nil || fi.Size() != 0 {
-				t.Fatalf("spare %s: %v, %v", name, fi, err)
+			if err != nil {
+				t.Fatalf("spare %s: %v", name, err)
 			}
 			fis = append(fis, fi)
 		}
@@ -592,6 +612,87 @@ func TestStoreReusesChainFiles(t *testing.T) {
 	if got := chainString(t, chain); got != "full-60 delta-61" || len(skipped) != 1 {
 		t.Fatalf("chain %q %v", got, skipped)
 	}
+}
+
+// TestStoreChainOverAnOlderOne: a chain written over a longer, older one
+// in a reused file reads as its own backups alone, with nothing reported,
+// by the writer and by a new store; a torn end mark, or a delta torn where
+// the older chain's bytes follow, is reported, and the chain ends before.
+func TestStoreChainOverAnOlderOne(t *testing.T) {
+	dir := t.TempDir()
+	s := openTestStore(t, dir)
+	key := Key{"j", 0}
+	long := func(full bool, n int) BackupMeta {
+		m, err := s.Put(key, BackupMeta{Full: full, LastSeqs: []uint64{uint64(n)}}, bytes.Repeat(payloadFor(full, n), 100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	old := long(true, 1)
+	for n := 2; n <= 10; n++ {
+		long(false, n)
+	}
+	oldFile, err := os.Stat(chainPath(s, key, old.Index))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two more chains: the third full backup's retention makes the old
+	// chain's file a spare, and the fourth chain takes it.
+	put(t, s, key, true, 11)
+	put(t, s, key, true, 12)
+	m := put(t, s, key, true, 13)
+	put(t, s, key, false, 14)
+	p := chainPath(s, key, m.Index)
+	fi, err := os.Stat(p)
+	if err != nil || !os.SameFile(fi, oldFile) || fi.Size() != oldFile.Size() {
+		t.Fatalf("the newest chain's file %v (%v) is not the old chain's, at its size %d", fi, err, oldFile.Size())
+	}
+	for _, store := range []*DirStore{s, openTestStore(t, dir)} {
+		chain, skipped, err := store.Chain(key)
+		if got := chainString(t, chain); got != "full-13 delta-14" || len(skipped) != 0 || err != nil {
+			t.Fatalf("chain %q %v %v", got, skipped, err)
+		}
+	}
+	orig := mustReadFile(t, p)
+	for _, c := range []struct {
+		name string
+		edit func(b []byte)
+		want string
+	}{
+		{"end mark torn", func(b []byte) { b[chainLen(t, b, m.Index)] ^= 1 }, "full-13 delta-14"},
+		{"delta torn", func(b []byte) { b[chainLen(t, b, m.Index)-3] ^= 1 }, "full-13"},
+	} {
+		b := bytes.Clone(orig)
+		c.edit(b)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		chain, skipped, err := openTestStore(t, dir).Chain(key)
+		if got := chainString(t, chain); got != c.want || len(skipped) != 1 || err != nil {
+			t.Fatalf("%s: chain %q %v %v, want %q and the damage", c.name, got, skipped, err, c.want)
+		}
+	}
+}
+
+// chainLen is where the backups of the chain of full backup index end in
+// the chain file b: the offset of its end mark.
+func chainLen(t *testing.T, b []byte, index uint64) int {
+	t.Helper()
+	backups, size, damage, err := readChainFile(writeTemp(t, b), index)
+	if err != nil || damage != nil || len(backups) == 0 {
+		t.Fatalf("chain file: %d backups, %v, %v", len(backups), damage, err)
+	}
+	return int(size)
+}
+
+func writeTemp(t *testing.T, b []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "chain.bin")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestStoreRetentionKeepsIntactFallback: a chain whose full backup is
@@ -686,7 +787,8 @@ func TestStoreIndicesContinueAfterReopen(t *testing.T) {
 	// and the one torn, and the damaged chain stays the fallback.
 	p := chainPath(s2, key, 4)
 	b := mustReadFile(t, p)
-	if err := os.WriteFile(p, b[:len(b)-1], 0o644); err != nil {
+	ends := frameEnds(t, b)
+	if err := os.WriteFile(p, b[:ends[len(ends)-1]-1], 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s3 := openTestStore(t, dir)

@@ -8,7 +8,8 @@ import (
 
 // BenchmarkFileWrites is where a delta's write to a chain file goes: 7.3 KB
 // writes (a heavy_hitters delta), a chain of 50 in a file. append is what
-// DirStore does (the file emptied for each chain, as a spare is);
+// DirStore did until it wrote new chains over old ones (the file emptied
+// for each chain); overwrite is what it does now;
 // fallocate and ftruncate preallocate each chain's blocks or size first and
 // write with pwrite; overwrite and mmap write over one chain's region again
 // and again, whose pages stay in the page cache (by pwrite, and by a copy

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	le "encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -270,29 +273,33 @@ func TestDamagedBackupsAreSurvived(t *testing.T) {
 	p := start(t, "serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data", dir)
 	postGen(t, p.url(), gen.New(gen.Config{Seed: 24}), 20000, 1000)
 	kill9(t, p)
-	// One file per chain (a full backup and its deltas); two are kept, and
-	// a third may be there, empty or torn: kill -9 between the creation of
-	// a new chain's file and the end of its first write. Damage the two
-	// with content (the empty one, if any, is damage of its own).
+	// One file per chain (a full backup and its deltas, then an end mark,
+	// then what is left of an older chain in a reused file); two are kept,
+	// and a third may be there, empty or torn: kill -9 between the
+	// creation of a new chain's file and the end of its first write.
+	// Damage the two whose backups end with their mark (a third is damage
+	// of its own).
 	all, _ := filepath.Glob(filepath.Join(dir, "spam", "global", "chain-*.bin"))
 	sort.Strings(all)
 	var files []string
+	var ends []int
 	for _, f := range all {
-		if fi, err := os.Stat(f); err == nil && fi.Size() > 0 {
-			files = append(files, f)
+		data, _ := os.ReadFile(f)
+		if end := chainEnd(f, data); end > 0 {
+			files, ends = append(files, f), append(ends, end)
 		}
 	}
 	if len(files) < 2 {
 		t.Fatalf("only %d backup chains with content: %v", len(files), all)
 	}
-	// Flip a byte in the newest chain, tear the last backup of the one
-	// before.
+	// Flip a byte in the newest chain's backups, tear the last backup of
+	// the one before.
 	newest, before := files[len(files)-1], files[len(files)-2]
 	data, _ := os.ReadFile(newest)
-	data[len(data)/2] ^= 0xff
+	data[ends[len(ends)-1]/2] ^= 0xff
 	os.WriteFile(newest, data, 0o644)
 	data, _ = os.ReadFile(before)
-	os.WriteFile(before, data[:len(data)-3], 0o644)
+	os.WriteFile(before, data[:ends[len(ends)-2]-3], 0o644)
 	// And tear the tail of an item log.
 	logs, _ := filepath.Glob(filepath.Join(dir, "spam", "*", "items-*.log"))
 	for _, l := range logs {
@@ -310,6 +317,18 @@ func TestDamagedBackupsAreSurvived(t *testing.T) {
 	t.Logf("skipped: %v; restored from %d backups, lost %d", rec.Skipped, rec.Backups, rec.Lost)
 	checkReady(t, q.url())
 	postGen(t, q.url(), gen.New(gen.Config{Seed: 25}), 1000, 500)
+}
+
+// chainEnd is where the backups of the chain file at path end (data is its
+// content): at the chain's end mark, "MLSE" and the index in its name as a
+// little-endian uint64 (package ft); 0 without one.
+func chainEnd(path string, data []byte) int {
+	index, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "chain-"), ".bin"), 10, 64)
+	if err != nil {
+		return 0
+	}
+	mark := le.LittleEndian.AppendUint64([]byte("MLSE"), index)
+	return max(bytes.Index(data, mark), 0)
 }
 
 // Thresholds halved by a crash reset when the window ends.
