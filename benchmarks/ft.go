@@ -107,11 +107,15 @@ func table5(body []byte, events, reps int, kinds []string) {
 }
 
 // Flags of section ft beside main's: which modes Table 5 measures (none
-// always: the ratios are against it), and per-mode CPU profiles, to see
-// what a mode costs beyond none without the other modes' work mixed in.
+// always: the ratios are against it), per-mode CPU profiles, to see what a
+// mode costs beyond none without the other modes' work mixed in, and the
+// events of a run (a run of 500,000 heavy-hitter events lasts ~50 ms and
+// starts fewer chains than a running job does, so its files are mostly
+// new; longer runs show the steady state).
 var (
 	ftModes   = flag.String("ft-modes", "none,approx,exact", "the modes of Table 5 (section ft); none always runs, the ratios are against it")
 	ftProfile = flag.String("ft-profile", "", "write a CPU profile of each Table 5 run into this directory, <kind>-<mode>-<n>.prof (go tool pprof merges several); not with -cpuprofile")
+	ftEvents  = flag.Int("ft-events", 0, "events of each Table 5 run (0: as the other sections, 500,000; 100,000 with -quick)")
 )
 
 // profileRun starts the CPU profile of one Table 5 run when -ft-profile

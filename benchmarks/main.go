@@ -130,7 +130,11 @@ func runSections(want map[string]bool, n, reps int, quick bool, ftKinds []string
 		drizzleTable(quick)
 	}
 	if want["ft"] {
-		table5(body, events, reps, ftKinds)
+		ftBody, ftN := body, events
+		if *ftEvents > 0 {
+			ftBody, ftN = ndjson(*ftEvents)
+		}
+		table5(ftBody, ftN, reps, ftKinds)
 		if slices.Contains(ftKinds, "logreg") {
 			sweep(firstLines(body, events/4))
 		}
