@@ -1118,3 +1118,33 @@ func FuzzDecodeFrame(f *testing.F) {
 		}
 	})
 }
+
+// FuzzChainStaleTail: whatever follows a chain's end mark (what is left of
+// an older chain in a reused file, or anything else) is never read: the
+// chain is its backups, unreported.
+func FuzzChainStaleTail(f *testing.F) {
+	var chain []byte
+	for i, full := range []bool{true, false, false} {
+		head, tail, err := backupParts(BackupMeta{Index: uint64(5 + i), Full: full, LastSeqs: []uint64{uint64(i)}}, payloadFor(full, 5+i))
+		if err != nil {
+			f.Fatal(err)
+		}
+		chain = slices.Concat(chain, head, payloadFor(full, 5+i), tail)
+	}
+	chain = appendEndMark(chain, 5)
+	f.Add([]byte{})
+	f.Add(chain)                      // an older copy of the same chain
+	f.Add(appendEndMark(nil, 5))      // a second mark
+	f.Add(chain[len(chain)/2:])       // an older chain's middle
+	f.Add([]byte("MLSB\x01\xff\xff")) // a frame's start
+	f.Fuzz(func(t *testing.T, stale []byte) {
+		p := filepath.Join(t.TempDir(), chainName(5))
+		if err := os.WriteFile(p, slices.Concat(chain, stale), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		backups, size, damage, err := readChainFile(p, 5)
+		if err != nil || damage != nil || chainString(t, backups) != "full-5 delta-6 delta-7" || size != int64(len(chain)-endMarkLen) {
+			t.Fatalf("chain %q, size %d, damage %v, err %v", chainString(t, backups), size, damage, err)
+		}
+	})
+}
