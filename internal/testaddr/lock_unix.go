@@ -10,7 +10,7 @@ import (
 // lockFile takes an exclusive lock on the file at path without waiting;
 // the kernel drops it when the process ends, however it ends.
 func lockFile(path string) (unlock func(), ok bool) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDONLY, 0o644)
 	if err != nil {
 		return nil, false
 	}

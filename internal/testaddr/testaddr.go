@@ -8,8 +8,9 @@
 //
 // So the ports come from below the kernel's ephemeral range (which it never
 // hands out by itself), and each is reserved across processes by a lock
-// on a file named after it in the temporary directory, held until the test
-// that took it ends. A port that something else has bound is passed over.
+// on a file named after it in a directory of the user's in the temporary
+// directory, held until the test that took it ends. A port that something
+// else has bound is passed over.
 package testaddr
 
 import (
@@ -36,7 +37,9 @@ func Free(t testing.TB) string {
 	if hi <= lo {
 		return kernelPort(t)
 	}
-	return freeIn(t, filepath.Join(os.TempDir(), "mlstream-testaddr"), lo, hi)
+	// One directory per user: another user's lock files could not be
+	// opened (nor new ones made in their directory).
+	return freeIn(t, filepath.Join(os.TempDir(), "mlstream-testaddr-"+strconv.Itoa(os.Getuid())), lo, hi)
 }
 
 // freeIn is Free with the ports of [lo, hi) and their lock files in dir.
