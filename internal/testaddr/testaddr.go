@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -60,21 +59,9 @@ func freeIn(t testing.TB, dir string, lo, hi int) string {
 	return ""
 }
 
-// held are the ports this process reserved: a file lock does not keep a
-// second reservation of the same process off the port.
-var held = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// reserve takes port if no process holds its lock and it can be bound now,
+// reserve takes port if no holder has its lock and it can be bound now,
 // and returns what gives it back.
 func reserve(dir string, port int) (release func(), ok bool) {
-	held.Lock()
-	defer held.Unlock()
-	if held.ports[port] {
-		return nil, false
-	}
 	unlock, ok := lockFile(filepath.Join(dir, strconv.Itoa(port)))
 	if !ok {
 		return nil, false
@@ -85,13 +72,7 @@ func reserve(dir string, port int) (release func(), ok bool) {
 		return nil, false
 	}
 	l.Close()
-	held.ports[port] = true
-	return func() {
-		held.Lock()
-		delete(held.ports, port)
-		held.Unlock()
-		unlock()
-	}, true
+	return unlock, true
 }
 
 // portRange is the span of ports just below the ephemeral range, or an
