@@ -239,22 +239,29 @@ func (s *DirStore) lock(key Key) *keyState {
 	}
 }
 
-// readChainFile reads one chain file and returns its usable backups: the
-// full one, whose index must be the one in the name, and the deltas after
-// it with consecutive indices. The first damage, if any, is in damage (the
-// backups before it are usable). err is an I/O error, fs.ErrNotExist
-// included.
+// readChainFile reads one chain file and returns its usable backups, as
+// parseChain. err is an I/O error, fs.ErrNotExist included.
 func readChainFile(path string, index uint64) (backups []Backup, size int64, damage *CorruptError, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, 0, nil, err
 	}
+	backups, size, damage = parseChain(path, b, index)
+	return backups, size, damage, nil
+}
+
+// parseChain returns the usable backups of b, the chain file at path: the
+// full one, whose index must be the one in the name, and the deltas after
+// it with consecutive indices, up to the end mark if there is one. The
+// first damage, if any, is in damage (the backups before it are usable).
+// size is where the backups end at the mark, else len(b).
+func parseChain(path string, b []byte, index uint64) (backups []Backup, size int64, damage *CorruptError) {
 	off := 0
 	for off < len(b) || len(backups) == 0 {
 		if len(backups) > 0 && isEndMark(b[off:], index) {
 			// The rest is an older chain's, in a reused file; the size is
 			// of the backups, as Put counts them.
-			return backups, int64(off), nil, nil
+			return backups, int64(off), nil
 		}
 		meta, data, n, doff, reason := decodeFrame(b[off:])
 		if reason == "" {
@@ -275,12 +282,12 @@ func readChainFile(path string, index uint64) (backups []Backup, size int64, dam
 			}
 			// Offset is where the unusable bytes start: the whole frame,
 			// and every one after it.
-			return backups, int64(len(b)), &CorruptError{Path: path, Offset: int64(off), Reason: what + ": " + reason}, nil
+			return backups, int64(len(b)), &CorruptError{Path: path, Offset: int64(off), Reason: what + ": " + reason}
 		}
 		backups = append(backups, Backup{Meta: meta, Data: data})
 		off += n
 	}
-	return backups, int64(len(b)), nil, nil
+	return backups, int64(len(b)), nil
 }
 
 // survey lists the key's directory and reads its chain files newest first,
@@ -496,8 +503,8 @@ var spareNames = [...]string{"spare-1.bin", "spare-2.bin"}
 // chain the spares. A spare keeps the bytes of the chain it was: the new
 // chain's backups are written over them, because writing over pages the
 // operating system holds already costs a fifth of appending fresh ones
-// (BenchmarkFileWrites), and what is left after its last backup reads as
-// a stale tail (staleTail). Until its full backup is written, the file
+// (BenchmarkFileWrites); what is left after the new chain's end mark is
+// not read (parseChain). Until its full backup is written, the file
 // under the chain's name starts with another chain's full backup, or
 // nothing: a crash in between reads as a damaged chain (its first backup
 // is not the one the name says), and Chain falls back to the chain

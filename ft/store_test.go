@@ -679,20 +679,11 @@ func TestStoreChainOverAnOlderOne(t *testing.T) {
 // the chain file b: the offset of its end mark.
 func chainLen(t *testing.T, b []byte, index uint64) int {
 	t.Helper()
-	backups, size, damage, err := readChainFile(writeTemp(t, b), index)
-	if err != nil || damage != nil || len(backups) == 0 {
-		t.Fatalf("chain file: %d backups, %v, %v", len(backups), damage, err)
+	backups, size, damage := parseChain("chain.bin", b, index)
+	if damage != nil || len(backups) == 0 {
+		t.Fatalf("chain file: %d backups, %v", len(backups), damage)
 	}
 	return int(size)
-}
-
-func writeTemp(t *testing.T, b []byte) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "chain.bin")
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // TestStoreRetentionKeepsIntactFallback: a chain whose full backup is
@@ -1138,13 +1129,9 @@ func FuzzChainStaleTail(f *testing.F) {
 	f.Add(chain[len(chain)/2:])       // an older chain's middle
 	f.Add([]byte("MLSB\x01\xff\xff")) // a frame's start
 	f.Fuzz(func(t *testing.T, stale []byte) {
-		p := filepath.Join(t.TempDir(), chainName(5))
-		if err := os.WriteFile(p, slices.Concat(chain, stale), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		backups, size, damage, err := readChainFile(p, 5)
-		if err != nil || damage != nil || chainString(t, backups) != "full-5 delta-6 delta-7" || size != int64(len(chain)-endMarkLen) {
-			t.Fatalf("chain %q, size %d, damage %v, err %v", chainString(t, backups), size, damage, err)
+		backups, size, damage := parseChain(chainName(5), slices.Concat(chain, stale), 5)
+		if damage != nil || chainString(t, backups) != "full-5 delta-6 delta-7" || size != int64(len(chain)-endMarkLen) {
+			t.Fatalf("chain %q, size %d, damage %v", chainString(t, backups), size, damage)
 		}
 	})
 }

@@ -7,14 +7,14 @@ import (
 )
 
 // BenchmarkFileWrites is where a delta's write to a chain file goes: 7.3 KB
-// writes (a heavy_hitters delta), a chain of 50 in a file. append is what
-// DirStore did until it wrote new chains over old ones (the file emptied
-// for each chain); overwrite is what it does now;
-// fallocate and ftruncate preallocate each chain's blocks or size first and
-// write with pwrite; overwrite and mmap write over one chain's region again
-// and again, whose pages stay in the page cache (by pwrite, and by a copy
-// into a shared mapping). Only the last two avoid the kernel's work on a
-// page met for the first time.
+// writes (a heavy_hitters delta), a chain of 50 in a file. append empties
+// the file for each chain and appends, as DirStore did before it wrote new
+// chains over old ones; fallocate and ftruncate preallocate each chain's
+// blocks or size first and write with pwrite; overwrite (what DirStore does
+// now) and mmap write over one chain's region again and again, whose pages
+// stay in the page cache, by pwrite and by a copy into a shared mapping.
+// Only the last two avoid the kernel's work on a page met for the first
+// time.
 func BenchmarkFileWrites(b *testing.B) {
 	const size, chain = 7300, 50
 	buf := make([]byte, size)
