@@ -252,10 +252,13 @@ func threadCPU() (time.Duration, bool) {
 }
 
 // learnRows adds the in-process learning rates: 4k and 100k vocabularies,
-// each with and without Learner.Prefetch of the next event, the four
-// alternating in every repetition (the machine is shared: ratios within a
-// repetition are what compare), per second of the learning thread's CPU
-// time, with the wall-clock rate in the note.
+// each with and without Learner.Prefetch of the next event, and the 4k
+// vocabulary over as many distinct events as the 100k case (100,000
+// events of 20 features are 32 MB streamed through the caches, the 4,096
+// of the 4k case stay in L2: a cost of the benchmark's event array, not of
+// the vocabulary), all alternating in every repetition (the machine is
+// shared: ratios within a repetition are what compare), per second of the
+// learning thread's CPU time, with the wall-clock rate in the note.
 func learnRows(t *Table, n, reps int) {
 	type learnCase struct {
 		name            string
@@ -267,6 +270,7 @@ func learnRows(t *Table, n, reps int) {
 		{"learn, same, Learner.Prefetch of the next event", 4096, 4000, true},
 		{"learn, same with a 100k-word vocabulary and 100k distinct events", 100_000, 100_000, false},
 		{"learn, 100k-word vocabulary, Learner.Prefetch of the next event", 100_000, 100_000, true},
+		{"learn, 4k-word vocabulary over 100k distinct events, Learner.Prefetch", 100_000, 4000, true},
 	}
 	rates := make([][]float64, len(cases))
 	walls := make([][]float64, len(cases))
@@ -286,7 +290,10 @@ func learnRows(t *Table, n, reps int) {
 		case 2:
 			note = "cache misses"
 		case 3:
-			note, target = fmt.Sprintf("%.2f× the 4k case with Prefetch (median of per-repetition ratios)", mid(ratios(rates[3], rates[1]))), ">= 0.9× the 4k case"
+			note, target = fmt.Sprintf("%.2f× the 4k vocabulary over the same 100k events, %.2f× the 4k case of 4,096 events (with Prefetch; medians of per-repetition ratios)",
+				mid(ratios(rates[3], rates[4])), mid(ratios(rates[3], rates[1]))), ">= 0.9× the 4k vocabulary"
+		case 4:
+			note = fmt.Sprintf("%.2f× the 4k case of 4,096 events: the event array's share", mid(ratios(rates[4], rates[1])))
 		}
 		note = strings.TrimPrefix(note+fmt.Sprintf("; wall clock %s/s", humanize(mid(walls[i]))), "; ")
 		t.Row(c.name, mid(rates[i]), "events/CPU-s", note, target)

@@ -560,13 +560,7 @@ func (l *Learner) Sync() uint64 {
 		l.prefetchMerge(lo + mergeChunk)
 		for _, i := range used[lo:min(lo+mergeChunk, len(used))] {
 			e := &l.delta.entries[i]
-			base := int(e.key-1) * stride
-			if e.da != 0 {
-				m.addFloat(base+offA, e.da)
-			}
-			if e.db != 0 {
-				m.addFloat(base+offB, e.db)
-			}
+			m.addAB(int(e.key-1)*stride, e.da, e.db)
 		}
 	}
 	l.delta.reset()

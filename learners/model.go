@@ -167,6 +167,17 @@ func (m *Model) addFloat(i int, d float64) {
 	m.addFloatNew(i, d)
 }
 
+// addFloats adds da to word A and db to word B of the slot at base, each
+// atomically (addAB's portable form).
+func (m *Model) addFloats(base int, da, db float64) {
+	if da != 0 {
+		m.addFloat(base+offA, da)
+	}
+	if db != 0 {
+		m.addFloat(base+offB, db)
+	}
+}
+
 // growScale raises the scale of slot to x (> 0) if it is smaller, and
 // rescales the slot's global state so that its effective weight is
 // unchanged. It returns the factor r = new/old by which the caller must

@@ -274,11 +274,5 @@ func (m *Model) applySlot(s slotDelta, t *Tracker) {
 		t.changed(s.slot, m.mergeTracked(s.slot, s.da, s.db))
 		return
 	}
-	base := s.slot * stride
-	if s.da != 0 {
-		m.addFloat(base+offA, s.da)
-	}
-	if s.db != 0 {
-		m.addFloat(base+offB, s.db)
-	}
+	m.addAB(s.slot*stride, s.da, s.db)
 }
