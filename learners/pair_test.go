@@ -8,7 +8,10 @@ import (
 
 // addAB of concurrent writers loses no addition, and a sum that is not
 // finite leaves its word alone and counts in Skipped, as two addFloat do.
-func TestAddABConcurrentAndFinite(t *testing.T) {
+func TestAddABConcurrentAndFinite(t *testing.T) { checkAddAB(t) }
+
+func checkAddAB(t *testing.T) {
+	t.Helper()
 	m, err := NewModel(Config{HashBits: 10})
 	if err != nil {
 		t.Fatal(err)
