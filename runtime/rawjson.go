@@ -338,6 +338,16 @@ func appendRawFeature(dst []learners.Feature, name, b []byte, i int, maxValue fl
 			return dst, i, false
 		}
 		return append(dst, learners.Feature{Hash: hashNameValue(name, text), Value: 1}), end, true
+	case c >= '0' && c <= '9' && i+1 < len(b) && (b[i+1] == ',' || b[i+1] == '}'):
+		// One digit, as most counts of a bag of words are: its value at once.
+		v := float64(c - '0')
+		if !(v <= maxValue) {
+			return dst, i, false // featureNumber's error
+		}
+		if v != 0 {
+			dst = append(dst, learners.Feature{Hash: xxhash.Sum64(name), Value: v})
+		}
+		return dst, i + 1, true
 	case c == '-' || c >= '0' && c <= '9':
 		end, n, exact := jsonNumber(b, i)
 		if end == 0 {

@@ -99,6 +99,8 @@ var fastTaken = []string{
 	`{"features":{"` + strings.Repeat("long", 30) + `":"` + strings.Repeat("value", 30) + `"}}`,
 	"{\"features\":{\"ü\":\"ö\",\"\x01raw\":1}}",
 	`{"features":{"x":1.0},"label":1.0}`,
+	`{"features":{"a":0,"b":7,"c":9},"label":1}`, // one digit: the shortcut, 0 skipped
+	`{"features":{"x":1 ,"y":2 }}`,               // one digit and a space: not the shortcut
 	`{"features":{"dup":1,"dup":2}}`,
 	// Numbers near where their value stops being computed while scanned.
 	`{"features":{"a":97188.2083715755,"b":0.123456789012345,"c":-12345678901.2345,"d":1.5e-7}}`,
@@ -109,7 +111,7 @@ var fastTaken = []string{
 var fastDeclined = []string{
 	``, `[]`, `{}`, `"x"`, `{"label":1}`,
 	`{"features":{"x":1}`, `{"features":{"x":1}}}`, `{"features":{"x":1}},`, `{"features":{"x":1},}`,
-	`{"features":{"x":01}}`, `{"features":{"x":1.}}`, `{"features":{"x":.5}}`, `{"features":{"x":-}}`,
+	`{"features":{"x":01}}`, `{"features":{"x":1,}}`, `{"features":{"x":1.}}`, `{"features":{"x":.5}}`, `{"features":{"x":-}}`,
 	`{"features":{"x":1e}}`, `{"features":{"x":+1}}`, `{"features":{"x":1.2.3}}`, `{"features":{"x":1e400}}`,
 	`{"features":{"x":1e13}}`, `{"features":{"x":NaN}}`, `{"features":{"x":nan}}`, `{"features":{"x":inf}}`,
 	`{"features":{"x":truex}}`, `{"features":{"x":tru}}`, `{"features":{"x":[1]}}`, `{"features":{"x":{}}}`,
@@ -155,6 +157,24 @@ func TestFastPathDeclinesTheRest(t *testing.T) {
 // renamedFields spells line with the renamed job's field names.
 func renamedFields(line string) string {
 	return strings.NewReplacer(`"features"`, `"x"`, `"label"`, `"y"`, `"ts"`, `"t"`, `"key"`, `"k"`, `"id"`, `"k2"`).Replace(line)
+}
+
+// A value of one digit (the fast path's shortcut) is held to the number
+// limit as any other: over it, the fast path declines and Extract
+// refuses.
+func TestFastPathOneDigitOverLimit(t *testing.T) {
+	if err := runtime.SetLimits(runtime.Limits{MaxValue: 5, MinTS: runtime.DefaultMinTS, MaxTS: runtime.DefaultMaxTS}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = runtime.SetLimits(runtime.DefaultLimits()) })
+	for _, j := range fastJobs(t)[:1] { // the default field names
+		if !checkFast(t, j, []byte(`{"features":{"x":5,"y":1}}`)) {
+			t.Errorf("fast path declined a value at the limit")
+		}
+		if checkFast(t, j, []byte(`{"features":{"x":7}}`)) {
+			t.Errorf("fast path took a value over the limit")
+		}
+	}
 }
 
 // FuzzFastPath: for any line, the fast path declines or agrees with
