@@ -190,6 +190,11 @@ func literal(b []byte, i int, word string, k RawKind) (RawKind, int) {
 // Of a number of at most 15 digits without exponent it computes the
 // value (exact) as fastjson's fastfloat.Parse does.
 func jsonNumber(b []byte, i int) (end int, value float64, exact bool) {
+	// One digit that no more of a number follows, as most counts of a bag
+	// of words are: its value at once.
+	if c := b[i] - '0'; c <= 9 && (i+1 == len(b) || !inNumber(b[i+1])) {
+		return i + 1, float64(c), true
+	}
 	neg := b[i] == '-'
 	if neg {
 		i++
@@ -254,6 +259,9 @@ func appendDigits(d uint64, b []byte, i int) (uint64, int) {
 	}
 	return d, i
 }
+
+// inNumber says whether c can continue a number past its first digit.
+func inNumber(c byte) bool { return c-'0' <= 9 || c == '.' || c == 'e' || c == 'E' }
 
 var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
 
@@ -338,16 +346,6 @@ func appendRawFeature(dst []learners.Feature, name, b []byte, i int, maxValue fl
 			return dst, i, false
 		}
 		return append(dst, learners.Feature{Hash: hashNameValue(name, text), Value: 1}), end, true
-	case c >= '0' && c <= '9' && i+1 < len(b) && (b[i+1] == ',' || b[i+1] == '}'):
-		// One digit, as most counts of a bag of words are: its value at once.
-		v := float64(c - '0')
-		if !(v <= maxValue) {
-			return dst, i, false // featureNumber's error
-		}
-		if v != 0 {
-			dst = append(dst, learners.Feature{Hash: xxhash.Sum64(name), Value: v})
-		}
-		return dst, i + 1, true
 	case c == '-' || c >= '0' && c <= '9':
 		end, n, exact := jsonNumber(b, i)
 		if end == 0 {
