@@ -254,9 +254,9 @@ func threadCPU() (time.Duration, bool) {
 // learnRows adds the in-process learning rates: 4k and 100k vocabularies,
 // each with and without Learner.Prefetch of the next event, and the 4k
 // vocabulary over as many distinct events as the 100k case (100,000
-// events of 20 features are 32 MB streamed through the caches, the 4,096
-// of the 4k case stay in L2: a cost of the benchmark's event array, not of
-// the vocabulary), all alternating in every repetition (the machine is
+// events of 20 features are 32 MB streamed through the caches where the
+// 4k case's 4,096 stay in L2: the row tells that cost of the benchmark's
+// event array from the vocabulary's), all alternating in every repetition (the machine is
 // shared: ratios within a repetition are what compare), per second of the
 // learning thread's CPU time, with the wall-clock rate in the note.
 func learnRows(t *Table, n, reps int) {

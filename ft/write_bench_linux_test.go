@@ -10,6 +10,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// writeSize and writeChain are the write benchmarks' delta (a heavy_hitters
+// one's size) and the deltas of a chain.
+const writeSize, writeChain = 7300, 50
+
+// benchFile is a new file for a write benchmark, closed when b ends.
+func benchFile(b *testing.B) *os.File {
+	f, err := os.Create(b.TempDir() + "/chain.bin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	return f
+}
+
 // BenchmarkFileWrites is where a delta's write to a chain file goes: 7.3 KB
 // writes (a heavy_hitters delta), a chain of 50 in a file. append empties
 // the file for each chain and appends, as DirStore did before it wrote new
@@ -20,16 +34,9 @@ import (
 // Only the last two avoid the kernel's work on a page met for the first
 // time.
 func BenchmarkFileWrites(b *testing.B) {
-	const size, chain = 7300, 50
+	const size, chain = writeSize, writeChain
 	buf := make([]byte, size)
-	open := func(b *testing.B) *os.File {
-		f, err := os.Create(b.TempDir() + "/chain.bin")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { f.Close() })
-		return f
-	}
+	open := benchFile
 	check := func(b *testing.B, err error) {
 		if err != nil {
 			b.Fatal(err)
@@ -98,7 +105,7 @@ func BenchmarkFileWriteFreshBuffer(b *testing.B) {
 	if goruntime.NumCPU() < 2 {
 		b.Skip("one CPU")
 	}
-	const size, chain = 7300, 50
+	const size, chain = writeSize, writeChain
 	for _, c := range []struct {
 		name   string
 		filler int
@@ -109,11 +116,7 @@ func BenchmarkFileWriteFreshBuffer(b *testing.B) {
 			if err := pin(0); err != nil {
 				b.Skip(err)
 			}
-			f, err := os.Create(b.TempDir() + "/chain.bin")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer f.Close()
+			f := benchFile(b)
 			if err := f.Truncate(size * chain); err != nil {
 				b.Fatal(err)
 			}
