@@ -17,11 +17,16 @@ const writeSize, writeChain = 7300, 50
 // benchFile is a new file for a write benchmark, closed when b ends.
 func benchFile(b *testing.B) *os.File {
 	f, err := os.Create(b.TempDir() + "/chain.bin")
+	check(b, err)
+	b.Cleanup(func() { f.Close() })
+	return f
+}
+
+// check ends benchmark b at an error.
+func check(b *testing.B, err error) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { f.Close() })
-	return f
 }
 
 // BenchmarkFileWrites is where a delta's write to a chain file goes: 7.3 KB
@@ -36,14 +41,8 @@ func benchFile(b *testing.B) *os.File {
 func BenchmarkFileWrites(b *testing.B) {
 	const size, chain = writeSize, writeChain
 	buf := make([]byte, size)
-	open := benchFile
-	check := func(b *testing.B, err error) {
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
 	b.Run("append", func(b *testing.B) {
-		f := open(b)
+		f := benchFile(b)
 		i := 0
 		for b.Loop() {
 			if i%chain == 0 {
@@ -66,7 +65,7 @@ func BenchmarkFileWrites(b *testing.B) {
 		{"overwrite", func(f *os.File) error { return f.Truncate(size * chain) }, false},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			f := open(b)
+			f := benchFile(b)
 			check(b, v.grow(f))
 			i := 0
 			for b.Loop() {
@@ -81,7 +80,7 @@ func BenchmarkFileWrites(b *testing.B) {
 		})
 	}
 	b.Run("mmap", func(b *testing.B) {
-		f := open(b)
+		f := benchFile(b)
 		check(b, f.Truncate(size*chain))
 		m, err := syscall.Mmap(int(f.Fd()), 0, size*chain, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 		check(b, err)
@@ -117,9 +116,7 @@ func BenchmarkFileWriteFreshBuffer(b *testing.B) {
 				b.Skip(err)
 			}
 			f := benchFile(b)
-			if err := f.Truncate(size * chain); err != nil {
-				b.Fatal(err)
-			}
+			check(b, f.Truncate(size*chain))
 			buf := make([]byte, size)
 			fill, filled := make(chan byte), make(chan error)
 			go func() {
@@ -141,9 +138,8 @@ func BenchmarkFileWriteFreshBuffer(b *testing.B) {
 					b.Skip(err)
 				}
 				t0 := time.Now()
-				if _, err := f.WriteAt(buf, int64(i%chain)*size); err != nil {
-					b.Fatal(err)
-				}
+				_, err := f.WriteAt(buf, int64(i%chain)*size)
+				check(b, err)
 				spent += time.Since(t0)
 				i++
 			}

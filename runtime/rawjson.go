@@ -224,7 +224,7 @@ func jsonNumber(b []byte, i int) (end int, value float64, exact bool) {
 			i++
 		}
 		j := i
-		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		for j < len(b) && digit(b[j]) {
 			j++
 		}
 		if j == i {
@@ -260,8 +260,12 @@ func appendDigits(d uint64, b []byte, i int) (uint64, int) {
 	return d, i
 }
 
+// digit says whether c is a decimal digit (one comparison: bytes below
+// '0' wrap around).
+func digit(c byte) bool { return c-'0' <= 9 }
+
 // inNumber says whether c can continue a number past its first digit.
-func inNumber(c byte) bool { return c-'0' <= 9 || c == '.' || c == 'e' || c == 'E' }
+func inNumber(c byte) bool { return digit(c) || c == '.' || c == 'e' || c == 'E' }
 
 var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
 
