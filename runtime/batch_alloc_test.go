@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -20,27 +21,34 @@ func TestBatchAddAllocatesNothingPerFeature(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The counts are the process's: the engine's own goroutines allocate
+	// meanwhile, and under the race detector pools drop buffers on purpose.
+	// Both only add, so the least of a few trials is the batch's own.
 	batchAllocs := func(events int) float64 {
-		return testing.AllocsPerRun(20, func() {
-			b, err := e.NewBatch("mail")
-			if err != nil {
-				t.Fatal(err)
-			}
-			b.Expect(events)
-			for i := range events {
-				if err := b.Add(v, i+1); err != nil {
+		least := math.Inf(1)
+		for range 5 {
+			least = min(least, testing.AllocsPerRun(10, func() {
+				b, err := e.NewBatch("mail")
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-		})
+				b.Expect(events)
+				for i := range events {
+					if err := b.Add(v, i+1); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}))
+		}
+		return least
 	}
-	// A batch costs a few dozen allocations of its own, more when the race
-	// detector makes its pools drop buffers; what must not grow is the
-	// count per event. One allocation per event would add 3,000 here.
+	// A batch costs a few dozen allocations of its own and a few more as
+	// its arrays grow; what must not grow is the count per event: one
+	// allocation per event would add 3,000 here, one per feature 24,000.
 	const small, large = 1000, 4000
 	perBatch, bigger := batchAllocs(small), batchAllocs(large)
 	t.Logf("%.0f allocations for %d events, %.0f for %d", perBatch, small, bigger, large)
-	if grown := bigger - perBatch; grown > (large-small)/100 {
+	if grown := bigger - perBatch; grown > (large-small)/50 {
 		t.Fatalf("%.0f allocations for %d events and %.0f for %d (8 features, two jobs): %.0f more for %d more events",
 			perBatch, small, bigger, large, grown, large-small)
 	}
