@@ -31,6 +31,9 @@ type testCluster struct {
 	nodes  []*proc
 	args   [][]string
 	routes []string
+	// clients are the embedded NATS servers' client addresses, for a
+	// test to read the streams when it fails.
+	clients []string
 }
 
 const clusterTTL = "2s"
@@ -43,8 +46,10 @@ func startTestCluster(t *testing.T, n int, extra ...string) *testCluster {
 	}
 	peers := strings.Join(c.routes, ",")
 	for i := range n {
+		c.clients = append(c.clients, testaddr.Free(t))
 		args := []string{"serve", "--addr", testaddr.Free(t), "--data", t.TempDir(), "--node", nodeName(i),
-			"--cluster", c.routes[i], "--peers", peers, "--lease-ttl", clusterTTL, "--partitions", "6"}
+			"--cluster", c.routes[i], "--peers", peers, "--lease-ttl", clusterTTL, "--partitions", "6",
+			"--nats-listen", c.clients[i]}
 		c.args = append(c.args, append(args, extra...))
 	}
 	// Started together: a clustered node has no JetStream until a
@@ -631,6 +636,7 @@ func TestClusterBSPAcrossNodes(t *testing.T) {
 				t.Logf("node %d: %+v; consistency %s; deltas %s; partitions %s; cluster: %s", i+1, st[i], sections.Consistency,
 					sections.Deltas, sections.Partitions, clusterJobsText(c.url(i)))
 			}
+			c.logDeltas()
 		}
 	}()
 	waitUntil(t, 60*time.Second, "every node's model holding every event at one version", func() bool {
