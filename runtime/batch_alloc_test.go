@@ -47,7 +47,6 @@ func TestBatchAddAllocatesNothingPerFeature(t *testing.T) {
 	// allocation per event would add 3,000 here, one per feature 24,000.
 	const small, large = 1000, 4000
 	perBatch, bigger := batchAllocs(small), batchAllocs(large)
-	t.Logf("%.0f allocations for %d events, %.0f for %d", perBatch, small, bigger, large)
 	if grown := bigger - perBatch; grown > (large-small)/50 {
 		t.Fatalf("%.0f allocations for %d events and %.0f for %d (8 features, two jobs): %.0f more for %d more events",
 			perBatch, small, bigger, large, grown, large-small)
