@@ -114,7 +114,7 @@ func TestStringFastPathCountsAsParsing(t *testing.T) {
 			fmt.Fprintf(&fast, "\n"+`{"item":%q}`, item)
 			fast.WriteString("\n")
 		}
-		fmt.Fprintf(&slow, `{"pad":true,"item":%q}`+"\n", item)
+		fmt.Fprintf(&slow, `{"ts":null,"item":%q}`+"\n", item) // arrival time, as with no ts
 	}
 	for s, body := range map[string]string{"fast": fast.String(), "slow": slow.String()} {
 		if code, out := ts.post(s, body); code != http.StatusAccepted || out["accepted"] != 3000.0 {
@@ -147,7 +147,8 @@ func TestStringFastPathRefusesAsBefore(t *testing.T) {
 	}{
 		{ok + `{"item":"b"` + "\n", "", "not valid JSON", 400, 2},
 		{ok + ok + `{"item":null}`, "item", "must be a string", 400, 3},
-		{ok + `{"items":"b"}`, "item", "required", 400, 2},
+		{ok + `{"key":"b"}`, "item", "required", 400, 2},
+		{ok + `{"items":"b"}`, "items", "unknown field", 400, 2},
 		{ok + `{"item":"b` + "\n" + `{"item":"` + strings.Repeat("x", 40) + `"}`, "", "over the limit of 40 bytes", 413, 3},
 		{strings.Repeat(ok, 17), "", "17 events, more than the queues", 413, 0},
 		{strings.Repeat(ok, 16) + `{"item":1`, "", "17 events, more than the queues", 413, 0},

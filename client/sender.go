@@ -44,6 +44,16 @@ type SenderConfig struct {
 	OnResult func(Result)
 	// OnRetry, when set, is called before each retry of a batch.
 	OnRetry func(*Batch, Retry)
+	// OnBadEvent, when set, keeps one bad event from costing its batch's
+	// good ones: a batch refused (400) for an event the error names by its
+	// line is sent again without that event, which is reported here and
+	// counted as refused, until the server accepts the rest or refuses it
+	// for a reason that names no event (then the rest is refused as a
+	// whole, as without OnBadEvent). The server refuses a request whole at
+	// its first bad event, so a batch costs at most one request more per
+	// bad event. Called from the sending goroutines, possibly at once; the
+	// event's bytes are valid only during the call.
+	OnBadEvent func(BadEvent)
 	// Recycle hands the arrays of an answered batch to a later one, sparing
 	// an allocation per batch. OnResult and OnRetry must then not keep a
 	// *Batch, its Body or its Tags after they return.
@@ -76,6 +86,14 @@ type Result struct {
 	Ingested Ingested
 	// Err is the *Error of a refused batch (400 or 413), nil when accepted.
 	Err *Error
+}
+
+// BadEvent is an event the server refused on its own (SenderConfig.
+// OnBadEvent).
+type BadEvent struct {
+	Tag   int64  // as in Batch.Tags
+	Event []byte // the event's line, without its newline
+	Err   *Error // the server's answer, its Line that of the request
 }
 
 // SenderStats are a Sender's counts so far.
@@ -445,6 +463,16 @@ func (s *Sender) send(b *Batch) {
 	ing, err := s.c.postEvents(s.reqCtx, cl, s.stream, b.Body)
 	var e *Error
 	var gu *GiveUpError
+	for err != nil && s.cfg.OnBadEvent != nil && !errors.As(err, &gu) && errors.As(err, &e) && s.dropBad(b, e) {
+		if b.Len() == 0 {
+			s.report(Result{Batch: b})
+			return
+		}
+		// A new call: a new idempotency key (the refused attempt stored
+		// nothing) and its own retries.
+		cl = &call{sleepCtx: cl.sleepCtx, onRetry: cl.onRetry}
+		ing, err = s.c.postEvents(s.reqCtx, cl, s.stream, b.Body)
+	}
 	n := int64(b.Len())
 	switch {
 	case err == nil:
@@ -460,6 +488,29 @@ func (s *Sender) send(b *Batch) {
 	default:
 		s.stop(&SendError{Batch: b, Err: err})
 	}
+}
+
+// dropBad takes the event that e, a refusal of b, names out of b,
+// reporting it to OnBadEvent, and says whether it did: only a 400 naming
+// a line of b (one event a line) names one.
+func (s *Sender) dropBad(b *Batch, e *Error) bool {
+	if e.Status != http.StatusBadRequest || e.Line < 1 || e.Line > b.Len() {
+		return false
+	}
+	start := 0
+	for range e.Line - 1 {
+		start += bytes.IndexByte(b.Body[start:], '\n') + 1
+	}
+	end := start + bytes.IndexByte(b.Body[start:], '\n')
+	if end < start {
+		return false // not one event a line: leave the batch whole
+	}
+	s.cfg.OnBadEvent(BadEvent{Tag: b.Tags[e.Line-1], Event: b.Body[start:end], Err: e})
+	s.refused.Add(1)
+	s.sent.Add(1)
+	b.Body = append(b.Body[:start], b.Body[end+1:]...)
+	b.Tags = append(b.Tags[:e.Line-1], b.Tags[e.Line:]...)
+	return true
 }
 
 func (s *Sender) report(r Result) {

@@ -22,6 +22,8 @@ type Batch struct {
 	nowMs  int64
 	jobs   []*jobBatch
 	events int
+	// known are the fields its events may have (knownFields).
+	known []string
 }
 
 type jobBatch struct {
@@ -109,6 +111,9 @@ func (b *Batch) Expect(n int) {
 func (b *Batch) Add(v *fastjson.Value, line int) error {
 	if v.Type() != fastjson.TypeObject {
 		return &InputError{Line: line, Msg: fmt.Sprintf("an event must be a JSON object, got %s", v.Type())}
+	}
+	if err := b.checkFields(v, line); err != nil {
+		return err
 	}
 	for _, jb := range b.jobs {
 		jb.rec = Record{Side: jb.side}

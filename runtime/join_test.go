@@ -162,7 +162,7 @@ func TestJoinSpecAndInputErrors(t *testing.T) {
 func TestJoinRecoversFromBackups(t *testing.T) {
 	dir := t.TempDir()
 	evs, truth := joinEvents(2, 3000, 20, 5, 50)
-	spec := joinSpec(map[string]any{"sample": 0.5, "within": "50ms"})
+	spec := joinSpec(map[string]any{"sample": 0.5, "within": "50ms", "value": "price"})
 	spec.FT = FTSpec{MaxDivergence: 100}
 	e := ftEngine(t, dir)
 	j := mustPut(t, e, spec)

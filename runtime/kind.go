@@ -471,12 +471,17 @@ type kindJob interface {
 	unacked(partition int) int64
 	instance() Instance
 	def() *Kind
+	// fields are the event fields the job names (Params.Field).
+	fields() []string
 }
 
 type kindAdapter struct {
-	in   Instance
-	kind *Kind
+	in          Instance
+	kind        *Kind
+	eventFields []string
 }
+
+func (k *kindAdapter) fields() []string { return k.eventFields }
 
 func (k *kindAdapter) instance() Instance { return k.in }
 func (k *kindAdapter) def() *Kind         { return k.kind }
@@ -567,7 +572,7 @@ func newKindJob(spec Spec) (kindJob, error) {
 	if err := p.Done(); err != nil {
 		return nil, err
 	}
-	return &kindAdapter{in: in, kind: k}, nil
+	return &kindAdapter{in: in, kind: k, eventFields: p.fields}, nil
 }
 
 // partitionOp is a partition's Operator under the names the engine's

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mlstream/mlstream/learners"
@@ -85,7 +87,7 @@ type Fields struct {
 }
 
 // ReadFields reads the params key_field, ts_field, label_field and
-// features_field.
+// features_field (as Params.Field: the event fields the job reads).
 func ReadFields(p *Params) (Fields, error) {
 	var f Fields
 	var err error
@@ -93,7 +95,7 @@ func ReadFields(p *Params) (Fields, error) {
 		dst        *string
 		param, def string
 	}{{&f.Key, "key_field", "key"}, {&f.TS, "ts_field", "ts"}, {&f.Label, "label_field", "label"}, {&f.Features, "features_field", "features"}} {
-		if *x.dst, err = p.String(x.param, x.def); err != nil {
+		if *x.dst, err = p.Field(x.param, x.def); err != nil {
 			return f, err
 		}
 		if *x.dst == "" {
@@ -101,6 +103,64 @@ func ReadFields(p *Params) (Fields, error) {
 		}
 	}
 	return f, nil
+}
+
+// ConventionalFields are the event fields every stream takes, whether or
+// not a job reading it reads them: a producer may send the same events to
+// streams whose jobs read different parts of them.
+var ConventionalFields = []string{"key", "ts", "label", "features"}
+
+// knownFields is the set of top-level fields an event of a stream may
+// have: the conventional ones and every field that a job reading the
+// stream names (Params.Field). Any other field is refused, so that a
+// misspelt "lable" is an error rather than an event silently taken as
+// unlabelled.
+func knownFields(jobs []*Job) []string {
+	known := slices.Clone(ConventionalFields)
+	for _, j := range jobs {
+		for _, f := range j.kind.fields() {
+			if !slices.Contains(known, f) {
+				known = append(known, f)
+			}
+		}
+	}
+	return known
+}
+
+// checkFields refuses an event, an object, with a field that no job
+// reading the batch's stream names (knownFields).
+func (b *Batch) checkFields(v *fastjson.Value, line int) error {
+	if b.known == nil {
+		jobs := make([]*Job, len(b.jobs))
+		for i, jb := range b.jobs {
+			jobs[i] = jb.job
+		}
+		b.known = knownFields(jobs)
+	}
+	return unknownField(v, b.known, b.stream, line)
+}
+
+// unknownField returns the error of the first top-level field of the
+// event v that is not in known, or nil.
+func unknownField(v *fastjson.Value, known []string, stream string, line int) error {
+	o, _ := v.Object()
+	var bad []byte
+	o.Visit(func(k []byte, _ *fastjson.Value) {
+		if bad == nil && !slices.Contains(known, b2s(k)) {
+			bad = k
+		}
+	})
+	if bad == nil {
+		return nil
+	}
+	name := string(bad)
+	if name == "weight" {
+		return &InputError{Line: line, Field: name, Msg: "no job kind honours a per-event weight yet (every event counts once): remove the field"}
+	}
+	sorted := slices.Sorted(slices.Values(known))
+	return &InputError{Line: line, Field: name, Msg: fmt.Sprintf(
+		"unknown field: an event of stream %q may have only %s (the conventional fields and those its jobs read)",
+		stream, strings.Join(sorted, ", "))}
 }
 
 // Arena is scratch memory for the records of one request, so that

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -326,6 +327,10 @@ func strictJSON(data []byte, v any) error {
 type Params struct {
 	m    map[string]any
 	used map[string]bool
+	// fields are the event fields the job reads, as read by Field: with
+	// the conventional ones, the only top-level fields an event of its
+	// streams may have (EventFields).
+	fields []string
 }
 
 func newParams(m map[string]any) *Params { return &Params{m: m, used: map[string]bool{}} }
@@ -359,6 +364,19 @@ func number(v any) (float64, bool) {
 		return float64(x), true
 	}
 	return 0, false
+}
+
+// Field reads a string param that names an event field the job reads
+// (key_field, a synopsis's field, a join's on): an event posted to a
+// stream may carry, besides the conventional fields, only the fields
+// that the jobs reading it name so (Batch.Add refuses the others). An
+// empty value names no field.
+func (p *Params) Field(name, def string) (string, error) {
+	f, err := p.String(name, def)
+	if err == nil && f != "" && !slices.Contains(p.fields, f) {
+		p.fields = append(p.fields, f)
+	}
+	return f, err
 }
 
 // Float reads a number in [lo, hi].

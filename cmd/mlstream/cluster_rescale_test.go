@@ -428,7 +428,7 @@ func TestClusterRescaleDistinctAndJoin(t *testing.T) {
 	}
 	var wantMatches uint64
 	for u := range 200 {
-		views = fmt.Appendf(views, `{"user":"u%d","page":"p"}`+"\n", u*5)
+		views = fmt.Appendf(views, `{"user":"u%d"}`+"\n", u*5)
 		wantMatches += clicksOf[u*5]
 	}
 	mustPostRetrying(t, c.url(0), "views", views)

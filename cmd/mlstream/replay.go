@@ -18,8 +18,11 @@ package main
 //     succeeded for --give-up (a dead or stuck server); either way the replay fails. A retried
 //     request that had in fact been accepted (e.g. a timeout after the server queued it) is
 //     delivered twice: HTTP ingest has no idempotency key yet.
-//   - 400 and 413 reject the batch: its events are counted as rejected and the replay goes on.
-//     404 (unknown stream) and any other 4xx stop the replay.
+//   - A 400 naming a line refuses that one event: it is counted as a bad line, written to
+//     --bad-lines FILE when given (and shown on stderr), and the rest of the batch is sent again
+//     without it (client.SenderConfig.OnBadEvent: at most one request more per bad line). A 400
+//     naming no line, and a 413, reject the whole batch: its events are counted as rejected.
+//     Either way the replay goes on. 404 (unknown stream) and any other 4xx stop the replay.
 //   - Cancelling ctx (Ctrl-C) stops dispatching at once, lets requests already in flight finish
 //     for up to 2 s, prints the summary so far and returns an error wrapping ctx.Err().
 
@@ -27,6 +30,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -72,13 +76,17 @@ type replayOptions struct {
 	flushAfter  time.Duration
 	token       string
 	progress    string
+	badLines    string
 }
 
 const replayUsage = `usage: mlstream replay FILE --stream S [--url U] [--rate R] [--batch N] [flags]
 
 Streams an NDJSON file (one JSON event per line, blank lines skipped; FILE "-" reads stdin)
 to POST {url}/v1/streams/{stream}/events, showing progress on stderr and a summary on stdout.
-FILE may come before or after the flags. With --rate, a batch holds at most ceil(rate/10)
+FILE may come before or after the flags. An event the server refuses (400 naming its line) is
+left out and the rest of its batch sent again; --bad-lines FILE keeps such events, one JSON
+object a line: {"line": N, "error": "...", "field": "...", "event": "<the line as text>"}.
+With --rate, a batch holds at most ceil(rate/10)
 events so that events flow smoothly. The bearer token is --token, else $MLSTREAM_TOKEN.
 
 flags:
@@ -118,6 +126,7 @@ func (o *replayOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.flushAfter, "flush-after", 100*time.Millisecond, "send a batch that is not full this long after its first line (for slow input such as a pipe)")
 	fs.StringVar(&o.token, "token", "", "bearer token sent as Authorization (default $MLSTREAM_TOKEN)")
 	fs.StringVar(&o.progress, "progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on, off")
+	fs.StringVar(&o.badLines, "bad-lines", "", "write the events the server refuses, with their line numbers, to this file (NDJSON; created or truncated)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), replayUsage)
 		fs.PrintDefaults()
@@ -211,9 +220,61 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if o.badLines != "" {
+		f, err := os.Create(o.badLines)
+		if err != nil {
+			return fmt.Errorf("replay: --bad-lines: %w", err)
+		}
+		r.bad.w = bufio.NewWriter(f)
+		defer f.Close()
+	}
 	err = r.run(ctx, in)
+	if werr := r.bad.close(); werr != nil && err == nil {
+		err = fmt.Errorf("writing --bad-lines %s: %w", o.badLines, werr)
+	}
 	r.printSummary(stdout)
 	return r.result(ctx, err)
+}
+
+// badLines writes the events the server refused one by one (the dead
+// letters of a replay) and counts them.
+type badLines struct {
+	mu  sync.Mutex
+	w   *bufio.Writer // nil: counted and shown only
+	n   atomic.Int64
+	err error
+}
+
+// add records one refused event.
+func (b *badLines) add(ev client.BadEvent) {
+	b.n.Add(1)
+	if b.w == nil {
+		return
+	}
+	rec, err := json.Marshal(struct {
+		Line  int64  `json:"line"`
+		Error string `json:"error"`
+		Field string `json:"field,omitempty"`
+		Event string `json:"event"`
+	}{ev.Tag, ev.Err.Message, ev.Err.Field, string(ev.Event)})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil && err == nil {
+		_, b.err = b.w.Write(append(rec, '\n'))
+	}
+}
+
+// close flushes the file, once no event can come.
+func (b *badLines) close() error {
+	if b.w == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil {
+		b.err = b.w.Flush()
+	}
+	return b.err
 }
 
 type replayer struct {
@@ -227,6 +288,7 @@ type replayer struct {
 
 	bytesRead atomic.Int64
 	bytesDone atomic.Int64 // body bytes of the batches with a final answer
+	bad       badLines
 }
 
 func newReplayer(o *replayOptions, size int64, stderr io.Writer) (*replayer, error) {
@@ -267,7 +329,7 @@ func (r *replayer) run(ctx context.Context, in io.Reader) error {
 	o := r.opts
 	r.sender = r.client.NewSender(ctx, o.stream, client.SenderConfig{
 		MaxEvents: o.batch, MaxBytes: o.batchBytes, Concurrency: o.concurrency, Rate: o.rate,
-		FlushAfter: o.flushAfter, Grace: replayGrace, OnResult: r.onResult, OnRetry: r.onRetry,
+		FlushAfter: o.flushAfter, Grace: replayGrace, OnResult: r.onResult, OnRetry: r.onRetry, OnBadEvent: r.onBadEvent,
 		Recycle: true, // onResult and onRetry keep no batch
 	})
 
@@ -418,6 +480,17 @@ func (r *replayer) onResult(res client.Result) {
 	}
 }
 
+// onBadEvent keeps an event the server refused on its own.
+func (r *replayer) onBadEvent(ev client.BadEvent) {
+	r.bytesDone.Add(int64(len(ev.Event) + 1))
+	r.bad.add(ev)
+	msg := ev.Err.Message
+	if ev.Err.Field != "" {
+		msg += fmt.Sprintf(" (field %q)", ev.Err.Field)
+	}
+	r.ui.problem("bad line %d, left out: %s", ev.Tag, msg)
+}
+
 // onRetry reports a transient error; 429s are only counted.
 func (r *replayer) onRetry(b *client.Batch, rt client.Retry) {
 	var e *client.Error
@@ -521,7 +594,7 @@ func (r *replayer) progressLine() string {
 	if eta, ok := r.eta(elapsed); ok {
 		fmt.Fprintf(&sb, "  ETA %v", eta)
 	}
-	fmt.Fprintf(&sb, "  rejected %d  retries %d", st.Refused, st.Retries429+st.RetriesErr)
+	fmt.Fprintf(&sb, "  bad lines %d  rejected %d  retries %d", r.bad.n.Load(), st.Refused-r.bad.n.Load(), st.Retries429+st.RetriesErr)
 	return sb.String()
 }
 
@@ -539,11 +612,16 @@ func (r *replayer) eta(elapsed time.Duration) (time.Duration, bool) {
 func (r *replayer) printSummary(w io.Writer) {
 	st := r.sender.Stats()
 	read, sent := st.Added, st.Sent
+	bad := r.bad.n.Load()
 	rows := [][2]string{
 		{"events read", strconv.FormatInt(read, 10)},
 		{"events sent", strconv.FormatInt(sent, 10)},
 		{"accepted", strconv.FormatInt(st.Accepted, 10)},
-		{"rejected", strconv.FormatInt(st.Refused, 10)},
+		{"bad lines", strconv.FormatInt(bad, 10)},
+		{"rejected", strconv.FormatInt(st.Refused-bad, 10)},
+	}
+	if r.bad.w != nil {
+		rows = append(rows, [2]string{"bad lines file", r.opts.badLines})
 	}
 	if read > sent {
 		rows = append(rows, [2]string{"not sent", strconv.FormatInt(read-sent, 10)})

@@ -186,7 +186,10 @@ func TestReplayRetries429ThenDeliversExactlyOnce(t *testing.T) {
 	}
 }
 
-func TestReplayRejectedBatchContinues(t *testing.T) {
+// A bad line costs only itself: the rest of its batch is sent again
+// without it, it goes to --bad-lines with its line number, and the summary
+// counts both.
+func TestReplayBadLineLeftOut(t *testing.T) {
 	p := newReplayPeer(t, func(w http.ResponseWriter, i int, keys []int) bool {
 		for j, k := range keys {
 			if k == 0 { // the bad line has no key
@@ -203,19 +206,24 @@ func TestReplayRejectedBatchContinues(t *testing.T) {
 	content := strings.Join(lines[:3], "\n") + "\n   \n" + lines[3] + "\n" + `{"label":7}` + "\n" +
 		strings.Join(lines[4:], "\r\n") // CRLF and no final newline
 	path := replayWriteFile(t, content)
-	out, errOut, err := doReplay(t, t.Context(), "--stream=clicks", "--url", p.srv.URL+"/", "--batch", "3", "--concurrency", "1", path)
+	badPath := filepath.Join(t.TempDir(), "bad.ndjson")
+	out, errOut, err := doReplay(t, t.Context(), "--stream=clicks", "--url", p.srv.URL+"/", "--batch", "3", "--concurrency", "1", "--bad-lines", badPath, path)
 	if err != nil {
 		t.Fatalf("replay: %v\n%s", err, errOut)
 	}
-	wantReplaySummary(t, out, map[string]string{"events read": "9", "events sent": "9", "accepted": "6", "rejected": "3"})
-	if want := `rejected lines 5-7 (3 events): line 6: label must be 0 or 1 (field "label")`; !strings.Contains(errOut, want) {
+	wantReplaySummary(t, out, map[string]string{"events read": "9", "events sent": "9", "accepted": "8", "bad lines": "1", "rejected": "0", "bad lines file": badPath})
+	if want := `bad line 6, left out: label must be 0 or 1 (field "label")`; !strings.Contains(errOut, want) {
 		t.Errorf("stderr lacks %q:\n%s", want, errOut)
 	}
 	p.mu.Lock()
 	got := fmt.Sprint(p.batch)
 	p.mu.Unlock()
-	if got != "[[1 2 3] [6 7 8]]" {
+	if got != "[[1 2 3] [4 5] [6 7 8]]" {
 		t.Errorf("accepted batches %s", got)
+	}
+	b, err := os.ReadFile(badPath)
+	if want := `{"line":6,"error":"label must be 0 or 1","field":"label","event":"{\"label\":7}"}` + "\n"; err != nil || string(b) != want {
+		t.Errorf("--bad-lines holds %q (%v), want %q", b, err, want)
 	}
 }
 
@@ -281,7 +289,7 @@ func TestReplayProgressShowsPercent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(errOut, "\r100.0%  sent 50 events") || !strings.Contains(errOut, "events/s  ETA 0s  rejected 0") || !strings.HasSuffix(errOut, "\n") {
+	if !strings.Contains(errOut, "\r100.0%  sent 50 events") || !strings.Contains(errOut, "events/s  ETA 0s  bad lines 0  rejected 0") || !strings.HasSuffix(errOut, "\n") {
 		t.Errorf("progress: %q", errOut)
 	}
 }

@@ -91,7 +91,7 @@ func TestLargeBodyMemory(t *testing.T) {
 	answers(t, url)
 	var body []byte
 	for i := 0; len(body) < 16<<20-400; i++ {
-		body = fmt.Appendf(body, `{"key":"k%d","label":%d,"features":{"amount":%d,"country":"c%d","word":"w%d","verb":"v%d"},"pad":"%s"}`+"\n",
+		body = fmt.Appendf(body, `{"key":"k%d","label":%d,"features":{"amount":%d,"country":"c%d","word":"w%d","verb":"v%d","pad":"%s"}}`+"\n",
 			i, i%2, i%1000, i%50, i%5000, i%300, strings.Repeat("p", 150))
 	}
 	base := memKB(t, pid, "VmRSS")

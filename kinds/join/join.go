@@ -86,12 +86,12 @@ const recentMatches = 20
 
 func newJoinJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error) {
 	j := &joinJob{}
-	on, err := p.String("on", "")
+	on, err := p.Field("on", "")
 	if err != nil {
 		return nil, err
 	}
 	for side, name := range []string{"left_on", "right_on"} {
-		if j.on[side], err = p.String(name, on); err != nil {
+		if j.on[side], err = p.Field(name, on); err != nil {
 			return nil, err
 		}
 		if j.on[side] == "" {
@@ -125,7 +125,7 @@ func newJoinJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error) 
 	if err != nil {
 		return nil, err
 	}
-	if j.value, err = p.String("value", ""); err != nil {
+	if j.value, err = p.Field("value", ""); err != nil {
 		return nil, err
 	}
 	vside, err := p.String("value_side", "left", "left", "right")
@@ -135,7 +135,7 @@ func newJoinJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error) 
 	if j.confidence, err = p.Float("confidence", 0.95, 0.5, 0.9999); err != nil {
 		return nil, err
 	}
-	if j.tsField, err = p.String("ts_field", "ts"); err != nil {
+	if j.tsField, err = p.Field("ts_field", "ts"); err != nil {
 		return nil, err
 	}
 	j.cfg = joins.Config{

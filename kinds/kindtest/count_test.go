@@ -36,7 +36,7 @@ func init() {
 	runtime.Register(runtime.Kind{
 		Name: "count",
 		New: func(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error) {
-			field, err := p.String("key_field", "key")
+			field, err := p.Field("key_field", "key")
 			if err != nil {
 				return nil, err
 			}
@@ -146,7 +146,7 @@ func TestFifthKindEndToEnd(t *testing.T) {
 	if code, body := do("POST", "/v1/streams/s/events", "{\"key\":\"a\"}\n{\"key\":\"b\"}\n{\"key\":\"a\"}\n"); code != http.StatusAccepted {
 		t.Fatalf("ingest: %d %s", code, body)
 	}
-	if code, body := do("POST", "/v1/streams/s/events", "{\"key\":\"a\"}\n{\"other\":1}\n"); code != http.StatusBadRequest || !strings.Contains(body, `"field":"key"`) || !strings.Contains(body, `"line":2`) {
+	if code, body := do("POST", "/v1/streams/s/events", "{\"key\":\"a\"}\n{\"label\":1}\n"); code != http.StatusBadRequest || !strings.Contains(body, `"field":"key"`) || !strings.Contains(body, `"line":2`) {
 		t.Fatalf("event without key: %d %s", code, body)
 	}
 

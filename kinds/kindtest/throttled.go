@@ -35,7 +35,7 @@ func newThrottled(_ runtime.Spec, p *runtime.Params) (runtime.Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	field, err := p.String("key_field", "key")
+	field, err := p.Field("key_field", "key")
 	if err != nil {
 		return nil, err
 	}

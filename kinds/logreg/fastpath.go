@@ -10,9 +10,8 @@ import (
 // The byte fast path (runtime.ByteExtractor): an event is read in one
 // pass over its bytes, its feature names hashed as they are met, with no
 // parsed values. It takes the common spellings only: the fields the job
-// reads at most once each, other members only if their values are
-// strings, numbers or literals, no backslash anywhere in a name or a
-// string. Every other event, and every event Extract would refuse, goes
+// reads at most once each and no other member, no backslash anywhere in
+// a name or a string. Every other event, and every event Extract would refuse, goes
 // to the parser and Extract, which read or refuse it as ever.
 
 var _ runtime.ByteExtractor = (*logregJob)(nil)
@@ -91,21 +90,24 @@ func (j *logregJob) scanMembers(s *runtime.RawScan, e *rawEvent, a *runtime.Aren
 
 // scanScalar reads the value of a member other than the features: into
 // each of the fields it names (more than one if the job reads one member
-// as several), or, for a member the job does not read, nowhere.
+// as several). A member the job does not read declines the event: the
+// parser's path judges it, taking it if another job reading the stream,
+// or the conventions, name it (runtime.Batch.Add), refusing it otherwise.
 func (j *logregJob) scanScalar(s *runtime.RawScan, e *rawEvent, name []byte) bool {
 	k, text := s.Value()
 	if k == runtime.RawOther || k == runtime.RawObject || k == runtime.RawArray {
 		return false
 	}
 	v := rawField{k, text}
-	return v.into(&e.key, name, j.fields.Key) && v.into(&e.ts, name, j.fields.TS) &&
-		v.into(&e.label, name, j.fields.Label) && v.into(&e.id, name, j.labels.idField)
+	read := 0
+	return v.into(&e.key, name, j.fields.Key, &read) && v.into(&e.ts, name, j.fields.TS, &read) &&
+		v.into(&e.label, name, j.fields.Label, &read) && v.into(&e.id, name, j.labels.idField, &read) && read > 0
 }
 
 // into stores v, the value of the member name, in dst, the field of the
-// given name, if that is its name; ok is false for a second member of the
-// name.
-func (v rawField) into(dst *rawField, name []byte, field string) bool {
+// given name, if that is its name, counting it in read; ok is false for a
+// second member of the name.
+func (v rawField) into(dst *rawField, name []byte, field string, read *int) bool {
 	if string(name) != field {
 		return true
 	}
@@ -113,6 +115,7 @@ func (v rawField) into(dst *rawField, name []byte, field string) bool {
 		return false
 	}
 	*dst = v
+	*read++
 	return true
 }
 

@@ -94,8 +94,8 @@ var fastTaken = []string{
 	`{"features":[]}`,
 	`{"features":{"x":1},"ts":"2024-05-01T10:00:00.5Z","label":false}`,
 	`{"features":{"x":1},"id":"p-1"}`,
-	`{"features":{"x":1},"id":42,"key":"k","label":1}`,
-	`{"features":{"x":1},"other":"skipped","n":-0.5e+2,"b":true,"z":null}`,
+	`{"features":{"x":1},"id":42,"label":1}`,
+	`{"features":{"x":1},"key":"k","label":1,"ts":1700000000000}`,
 	`{"features":{"` + strings.Repeat("long", 30) + `":"` + strings.Repeat("value", 30) + `"}}`,
 	"{\"features\":{\"ü\":\"ö\",\"\x01raw\":1}}",
 	`{"features":{"x":1.0},"label":1.0}`,
@@ -123,6 +123,10 @@ var fastDeclined = []string{
 	`{"features":{"x":1},"key":{}}`, `{"features":{"x":1},"key":true}`, `{"features":{"x":1},"id":""}`,
 	`{"features":{"x":1},"id":"` + strings.Repeat("i", MaxIDBytes+1) + `"}`, `{"features":{"x":1},"meta":{"a":1}}`,
 	`{"features":{"x":1},"note":"a\\b"}`, `{"features":{"x":1} "label":1}`, `{"features" {"x":1}}`,
+	// Members the job does not read: the parser's path refuses them, or
+	// takes them if another job of the stream reads them.
+	`{"lable":1,"features":{"x":1}}`, `{"features":{"x":1},"weight":2}`,
+	`{"features":{"x":1},"other":"skipped","n":-0.5e+2,"b":true,"z":null}`,
 }
 
 // The common spellings take the fast path, and give Extract's records.
@@ -156,7 +160,7 @@ func TestFastPathDeclinesTheRest(t *testing.T) {
 
 // renamedFields spells line with the renamed job's field names.
 func renamedFields(line string) string {
-	return strings.NewReplacer(`"features"`, `"x"`, `"label"`, `"y"`, `"ts"`, `"t"`, `"key"`, `"k"`, `"id"`, `"k2"`).Replace(line)
+	return strings.NewReplacer(`"features"`, `"x"`, `"label"`, `"y"`, `"ts"`, `"t"`, `"key"`, `"k"`, `"id"`, `"k"`).Replace(line)
 }
 
 // A value of one digit (which jsonNumber reads at once) is held to the number
@@ -281,13 +285,13 @@ func TestAddBytesLeavesToAddWhatAnyJobDeclines(t *testing.T) {
 	for i := range 400 {
 		l := g.Next().AppendJSON(nil)
 		if i%2 == 0 {
-			// Job 1 reads "lab" as its label, and leaves the duplicate to
-			// the parser; job 0 skips the member.
-			l = append(l[:len(l)-1], `,"lab":1,"lab":0}`...)
+			// Job 1 reads "lab" as its id; job 0 does not read it, and
+			// leaves the event to the parser (Add takes it: job 1 names it).
+			l = append(l[:len(l)-1], `,"lab":"x"}`...)
 		}
 		lines = append(lines, l)
 	}
-	params := []map[string]any{nil, {"label_field": "lab"}}
+	params := []map[string]any{nil, {"id_field": "lab"}}
 	e, jobs := putJobs(t, params...)
 	if took := feedBatch(t, e, lines, true); took != 200 {
 		t.Fatalf("fast path took %d events, want 200", took)

@@ -55,7 +55,7 @@ type labelParams struct {
 func readLabelParams(p *runtime.Params) (labelParams, error) {
 	var lp labelParams
 	var err error
-	if lp.idField, err = p.String("id_field", "id"); err != nil {
+	if lp.idField, err = p.Field("id_field", "id"); err != nil {
 		return lp, err
 	}
 	if lp.idField == "" {

@@ -526,7 +526,22 @@ class Subscription:
         return self._want is None or msg.type in self._want
 
     def __iter__(self) -> Iterator[messages.Message]:
-        return self
+        """Reads the feed until it ends. A loop over it that stops early
+        (break, return, an exception) closes the feed, as leaving a ``with``
+        block does: nothing is left pending at exit. ``next(feed)`` reads one
+        message without that."""
+        finished = False
+        try:
+            while True:
+                try:
+                    msg = next(self)
+                except StopIteration:
+                    finished = True
+                    return
+                yield msg
+        finally:
+            if not finished:
+                self.close()
 
     def __next__(self) -> messages.Message:
         if self._loop.is_closed():
@@ -539,18 +554,30 @@ class Subscription:
                 return msg
 
     def close(self) -> None:
+        """Closes the connection and ends the tasks it runs, so that none is
+        left pending when the event loop closes."""
         if self._loop.is_closed():
             return
         try:
             self._run(self._ws.close())
         finally:
-            self._loop.close()
+            try:
+                self._run(_cancel_all(asyncio.all_tasks(self._loop)))
+                self._run(self._loop.shutdown_asyncgens())
+            finally:
+                self._loop.close()
 
     def __enter__(self) -> "Subscription":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+async def _cancel_all(tasks: Any) -> None:
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _ws_connect(url: str, token: Optional[str], timeout: float, tls: bool) -> Any:

@@ -31,7 +31,9 @@ def test_docs_example_prints_the_progressive_accuracy(server):
     assert m, f"unexpected output {run.stdout!r}"
     accuracy = float(m.group(1))
     assert 0.8 <= accuracy <= 1.0
-    # The page quotes the output: it must stay close to what the code prints.
+    # The page quotes the output exactly: one partition learns the events
+    # in order, each predicted before it is learned, so the run is
+    # deterministic and any change of the learner shows here.
     stated = re.search(r"It prints `progressive accuracy: (\d\.\d{3})`", page)
     assert stated, "the page no longer states the example's output"
-    assert abs(float(stated.group(1)) - accuracy) <= 0.02, f"the page says {stated.group(1)}, the code printed {accuracy}"
+    assert stated.group(1) == m.group(1), f"the page says {stated.group(1)}, the code printed {m.group(1)}"

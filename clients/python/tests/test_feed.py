@@ -27,7 +27,7 @@ def test_subscribe_predictions_misses_nothing(logreg):
 
 def test_subscribe_stats_and_iteration_stops_at_close(logreg):
     feed = logreg.subscribe("stats", timeout=20)
-    msg = next(iter(feed))
+    msg = next(feed)
     assert isinstance(msg, Stats)
     assert msg.stats["name"] == logreg.name and msg.dropped == 0
     feed.close()
@@ -94,3 +94,36 @@ def test_subscribe_join_messages(client, unique):
     assert seen[Match].match["key"] == "a1"
     assert (seen[Match].match["left_ts"], seen[Match].match["right_ts"]) == (1000, 2000)
     assert seen[Join].job == unique and "matches" in seen[Join].join
+
+
+def test_a_loop_that_stops_early_closes_cleanly(server, logreg):
+    # The README's loop, to the end of the interpreter: a break leaves no
+    # pending task nor an event loop closed under one.
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, TOKENS
+
+    script = (
+        "import threading\n"
+        "from mlstream import Client\n"
+        f"job = Client().job({logreg.name!r})\n"
+        "done = threading.Event()\n"
+        "def post():\n"
+        "    while not done.wait(0.2):\n"  # until the feed, subscribed meanwhile, sees one
+        "        job.learn_one({'a': 1}, 1, key='k1')\n"
+        "poster = threading.Thread(target=post)\n"
+        "poster.start()\n"
+        "for msg in job.subscribe('prediction'):\n"
+        "    print(msg.key, msg.p > 0, msg.model_version >= 0)\n"
+        "    break\n"
+        "done.set()\n"
+        "poster.join()\n"
+    )
+    env = dict(os.environ, MLSTREAM_URL=server.url, MLSTREAM_TOKEN=TOKENS["admin"],
+               PYTHONPATH=str(ROOT / "clients" / "python"), PYTHONDONTWRITEBYTECODE="1")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.endswith("True True\n")
+    assert out.stderr == ""

@@ -44,7 +44,7 @@ type Params struct {
 func ReadParams(p *runtime.Params) (Params, error) {
 	var sp Params
 	var err error
-	if sp.Field, err = p.String("field", ""); err != nil {
+	if sp.Field, err = p.Field("field", ""); err != nil {
 		return sp, err
 	}
 	if sp.Field == "" {
