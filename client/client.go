@@ -11,6 +11,18 @@
 // RetryPolicy.GiveUpAfter with a *GiveUpError. Answers the server refuses
 // for good come back as *Error, with the status and the fields of the
 // server's JSON error body.
+//
+// To depend on it, from another module:
+//
+//	go get github.com/mlstream/mlstream/client
+//
+// and import "github.com/mlstream/mlstream/client". The module is the
+// whole service, github.com/mlstream/mlstream, but a program that imports
+// only this package builds only it and its one dependency,
+// github.com/gorilla/websocket (go.sum lists the rest of the module's
+// requirements; none is compiled). Against a local checkout, add
+// "replace github.com/mlstream/mlstream => ../mlstream" to your go.mod.
+// The client speaks the API of the server of the same version: docs/api.md.
 package client
 
 import (

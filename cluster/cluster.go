@@ -182,7 +182,7 @@ func (n *Node) Start(ctx context.Context, engine *runtime.Engine) error {
 		return err
 	}
 	leases, err := lease.New(ctx, lease.Config{Node: n.cfg.Node, Addr: n.cfg.Addr, JS: n.js, Replicas: n.cfg.Replicas,
-		TTL: n.cfg.LeaseTTL, Logger: n.log, Ready: n.cfg.NATS.Current}, n)
+		TTL: n.cfg.LeaseTTL, Logger: n.cfg.Logger, Ready: n.cfg.NATS.Current}, n)
 	if err != nil {
 		return fmt.Errorf("cluster: leases: %w", err)
 	}

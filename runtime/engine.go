@@ -360,7 +360,7 @@ func (e *Engine) nameFree(spec Spec) (running bool, err error) {
 		if sameSpec(old.spec, spec) {
 			return true, nil
 		}
-		return false, fmt.Errorf("%w: %q (delete it first)", ErrJobExists, spec.Name)
+		return false, fmt.Errorf("%w: %q runs with %s; delete it first", ErrJobExists, spec.Name, conflictMsg(old.spec, spec))
 	}
 	if e.mu.creating[spec.Name] != nil {
 		return false, fmt.Errorf("%w: %q is being created (recovering its data); try again", ErrJobExists, spec.Name)

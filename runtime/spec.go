@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mlstream/mlstream/ft"
+	yaml4 "go.yaml.in/yaml/v4"
 	"sigs.k8s.io/yaml"
 )
 
@@ -272,13 +275,17 @@ type configFile struct {
 func ParseConfig(data []byte) ([]Spec, error) {
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
-		return nil, fmt.Errorf("config: not valid YAML or JSON: %w", err)
+		return nil, fmt.Errorf("config: not valid YAML or JSON: %w", yamlError(data, err))
+	}
+	if t := bytes.TrimSpace(js); len(t) > 0 && t[0] != '{' && !bytes.Equal(t, []byte("null")) {
+		return nil, fmt.Errorf("config: must be a mapping with a list of jobs, {jobs: [...]}, got %s", jsonWord(t[0]))
 	}
 	var cf configFile
 	if err := strictJSON(js, &cf); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	specs := make([]Spec, 0, len(cf.Jobs))
+	first := map[string]int{}
 	for i, raw := range cf.Jobs {
 		s, err := DecodeSpec(raw)
 		if err != nil {
@@ -288,9 +295,133 @@ func ParseConfig(data []byte) ([]Spec, error) {
 			}
 			return nil, fmt.Errorf("jobs[%d]: %w", i, err)
 		}
+		if j, dup := first[s.Name]; dup && s.Name != "" {
+			return nil, &SpecError{fmt.Sprintf("jobs[%d].name", i), fmt.Sprintf("%q is jobs[%d]'s name too: job names are unique", s.Name, j)}
+		}
+		first[s.Name] = i
 		specs = append(specs, s)
 	}
 	return specs, nil
+}
+
+// yamlError is the error of a YAML document that YAMLToJSON refused,
+// as go.yaml.in/yaml/v4 words it: the YAML 1.1 parser under YAMLToJSON
+// reports its parser's errors a line early.
+func yamlError(data []byte, err error) error {
+	var v any
+	if err4 := yaml4.Unmarshal(data, &v); err4 != nil {
+		return err4
+	}
+	return err
+}
+
+// jsonWord names the JSON value that starts with c, for errors.
+func jsonWord(c byte) string {
+	switch {
+	case c == '[':
+		return "a list"
+	case c == '"':
+		return "a string"
+	case c == 't' || c == 'f':
+		return "a boolean"
+	case c == '{':
+		return "a mapping"
+	}
+	return "a number"
+}
+
+// goTypeWord names, for errors, the JSON that a Go type decodes from.
+func goTypeWord(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "a mapping (object)"
+	case reflect.Slice, reflect.Array:
+		return "a list (array)"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return t.String()
+}
+
+// jsonValueWord names a JSON value of json.UnmarshalTypeError.Value.
+func jsonValueWord(v string) string {
+	switch {
+	case v == "array":
+		return "a list (array)"
+	case v == "object":
+		return "a mapping (object)"
+	case v == "string" || v == "bool":
+		return "a " + map[string]string{"string": "string", "bool": "boolean"}[v]
+	case strings.HasPrefix(v, "number"):
+		return "a number (" + strings.TrimSpace(strings.TrimPrefix(v, "number")) + ")"
+	}
+	return v
+}
+
+// specDiff names the first field (a dotted path, in the order of the
+// JSON names) in which two specs differ, with its value in each; "" when
+// they are the same.
+func specDiff(a, b Spec) (field string, va, vb any) {
+	return jsonDiff("", specValue(a), specValue(b))
+}
+
+func specValue(s Spec) any {
+	var v any
+	if data, err := json.Marshal(s); err == nil {
+		_ = json.Unmarshal(data, &v)
+	}
+	return v
+}
+
+func jsonDiff(path string, a, b any) (string, any, any) {
+	ma, oka := a.(map[string]any)
+	mb, okb := b.(map[string]any)
+	if !oka || !okb {
+		if reflect.DeepEqual(a, b) {
+			return "", nil, nil
+		}
+		return path, a, b
+	}
+	keys := slices.Sorted(maps.Keys(ma))
+	for k := range mb {
+		if _, ok := ma[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		p := k
+		if path != "" {
+			p = path + "." + k
+		}
+		if f, x, y := jsonDiff(p, ma[k], mb[k]); f != "" {
+			return f, x, y
+		}
+	}
+	return "", nil, nil
+}
+
+// conflictMsg says how spec differs from the running job's: the first
+// differing field and its values.
+func conflictMsg(running, spec Spec) string {
+	f, a, b := specDiff(running, spec)
+	if f == "" {
+		return "another spec"
+	}
+	show := func(v any) string {
+		if v == nil {
+			return "not set"
+		}
+		data, _ := json.Marshal(v)
+		return string(data)
+	}
+	return fmt.Sprintf("another spec (%s: %s there, %s here)", f, show(a), show(b))
 }
 
 // strictJSON decodes data into v, turning encoding/json's errors into
@@ -304,7 +435,7 @@ func strictJSON(data []byte, v any) error {
 		var se *json.SyntaxError
 		switch {
 		case errors.As(err, &te):
-			return &SpecError{te.Field, fmt.Sprintf("must be of type %s, got JSON %s", te.Type, te.Value)}
+			return &SpecError{te.Field, fmt.Sprintf("must be %s, got %s", goTypeWord(te.Type), jsonValueWord(te.Value))}
 		case errors.As(err, &se):
 			return &SpecError{"", fmt.Sprintf("not valid JSON at byte %d: %v", se.Offset, se)}
 		case strings.HasPrefix(err.Error(), "json: unknown field "):

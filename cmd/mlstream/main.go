@@ -1,7 +1,7 @@
 // Command mlstream is the mlstream service and its tools:
 //
-//	mlstream serve  --config jobs.yaml [--addr 127.0.0.1:8080] --data ./data [--auth-file tokens] [--tls-cert c --tls-key k]
-//	mlstream demo   [--addr 127.0.0.1:8080] [--rate 2000]
+//	mlstream serve  [--config jobs.yaml] [--addr 127.0.0.1:8080] [--data ./data] [--auth-file tokens] [--tls-cert c --tls-key k]
+//	mlstream demo   [--addr 127.0.0.1:8080] [--rate 2000] [--nodes 3]
 //	mlstream replay FILE --stream S --url http://localhost:8080 [--rate R] [--batch N]
 //	mlstream model export|import|inspect ...
 //	mlstream version
@@ -21,10 +21,12 @@ import (
 const usage = `mlstream: online learning, synopses and joins on event streams.
 
 Usage:
-  mlstream serve  --config FILE [--addr 127.0.0.1:8080] [--data DIR]
+  mlstream serve  [--config FILE] [--addr 127.0.0.1:8080] [--data DIR]
                   [--auth-file FILE] [--tls-cert FILE --tls-key FILE]
-                                                               run the service
-  mlstream demo   [--addr 127.0.0.1:8080] [--rate 2000]        the service with a demo job and a built-in event generator
+                                                               run the service (jobs from --config, or added at run time)
+  mlstream demo   [--addr 127.0.0.1:8080] [--rate 2000] [--nodes N]
+                                                               the service with demo jobs and a built-in event generator;
+                                                               --nodes 3: a cluster of 3 nodes on loopback
   mlstream replay FILE --stream S [--url URL] [--rate R] [--batch N]
                                                                stream an NDJSON file to a server
   mlstream model  export|import|inspect ...                    a job's model to and from a file; what a file holds

@@ -18,6 +18,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/mlstream/mlstream/kinds/logreg"
+	"github.com/mlstream/mlstream/learners"
 )
 
 const modelUsage = `usage:
@@ -137,6 +138,32 @@ func readModelFile(file string) ([]byte, error) {
 	return os.ReadFile(file)
 }
 
+// measuresLine is one line of a model's progressive measures, all but
+// the calibration table.
+func measuresLine(m learners.Measures) string {
+	return fmt.Sprintf("count %d  positives %d  accuracy %.4f  log loss %.4f  AUC %.4f  precision %.4f  recall %.4f  F1 %.4f  (TP %d FP %d FN %d TN %d)",
+		m.Count, m.Positives, m.Accuracy, m.LogLoss, m.AUC, m.Precision, m.Recall, m.F1, m.TP, m.FP, m.FN, m.TN)
+}
+
+// printCalibration prints the calibration tables of all and recent side
+// by side: per bin of predicted probability, its events, mean prediction
+// and observed rate of positives.
+func printCalibration(w io.Writer, all, recent learners.Measures) error {
+	fmt.Fprintln(w, "calibration:")
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "p in\tevents (all)\tmean p\tobserved\tevents (recent)\tmean p\tobserved\t\n")
+	for i, a := range all.Calibration {
+		r := recent.Calibration[i]
+		closing := ")"
+		if i == len(all.Calibration)-1 {
+			closing = "]"
+		}
+		fmt.Fprintf(tw, "[%.1f, %.1f%s\t%d\t%.3f\t%.3f\t%d\t%.3f\t%.3f\t\n", a.Lo, a.Hi, closing,
+			a.Count, a.MeanPredicted, a.ObservedRate, r.Count, r.MeanPredicted, r.ObservedRate)
+	}
+	return tw.Flush()
+}
+
 // inspectModel prints a binary export's header, metrics and top weights.
 func inspectModel(file string, top int, stdout io.Writer) error {
 	data, err := readModelFile(file)
@@ -153,15 +180,16 @@ func inspectModel(file string, top int, stdout io.Writer) error {
 	}
 	h := e.Header
 	params, _ := json.Marshal(h.Params)
-	all, _ := json.Marshal(h.Metrics.All)
-	recent, _ := json.Marshal(h.Metrics.Recent)
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "format\tmlstream model, version %d (%d bytes, checksum ok)\n", logreg.FormatVersion, len(data))
 	fmt.Fprintf(tw, "kind\t%s\njob\t%s\nexported at\t%s\n", h.Kind, h.Job, h.ExportedAt.Format("2006-01-02T15:04:05Z07:00"))
 	fmt.Fprintf(tw, "params\t%s\n", params)
 	fmt.Fprintf(tw, "version\t%d\nupdates\t%d\nslots\t%d (%d non-zero weights)\n", s.Version, s.Updates, s.Slots, s.NonZero)
-	fmt.Fprintf(tw, "metrics (all)\t%s\nmetrics (recent)\t%s\n", all, recent)
+	fmt.Fprintf(tw, "metrics (all)\t%s\nmetrics (recent)\t%s\n", measuresLine(h.Metrics.All), measuresLine(h.Metrics.Recent))
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := printCalibration(stdout, h.Metrics.All, h.Metrics.Recent); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "top %d weights:\n", len(s.Top))

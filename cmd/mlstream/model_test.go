@@ -87,7 +87,7 @@ func TestModelCommands(t *testing.T) {
 		t.Fatalf("inspect: %d %s", code, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"mlstream model, version 1", "job", " a\n", `"hash_bits":14`, "updates", "3000", "metrics (all)", "top 5 weights:", "names seen"} {
+	for _, want := range []string{"mlstream model, version 1", "job", " a\n", `"hash_bits":14`, "updates", "3000", "metrics (all)", "count 3000", "calibration:", "[0.9, 1.0]", "top 5 weights:", "names seen"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("inspect output lacks %q:\n%s", want, out)
 		}

@@ -304,7 +304,7 @@ func serve(ctx context.Context, o serverOptions) error {
 		watchTokens(actx, edge.auth, cmp.Or(o.authPoll, time.Second))
 	}
 	srv.SetReady(true)
-	announce(o, ln.Addr().String(), engine, edge, len(specs), log)
+	announce(o, ln.Addr().String(), engine, edge, log)
 
 	select {
 	case <-ctx.Done():
@@ -400,12 +400,12 @@ func watchTokens(ctx context.Context, auth *api.Auth, poll time.Duration) {
 
 // announce logs that the service is up and tells the caller (the demo,
 // tests) where.
-func announce(o serverOptions, addr string, engine *runtime.Engine, edge edge, jobs int, log *slog.Logger) {
+func announce(o serverOptions, addr string, engine *runtime.Engine, edge edge, log *slog.Logger) {
 	scheme := "http"
 	if edge.tls != nil {
 		scheme = "https"
 	}
-	log.Info("mlstream serving", "addr", addr, "scheme", scheme, "tokens", edge.auth.Count(), "jobs", jobs, "version", version)
+	log.Info("mlstream serving", "addr", addr, "scheme", scheme, "tokens", edge.auth.Count(), "jobs", len(engine.Jobs()), "version", version)
 	if o.onEngine != nil {
 		o.onEngine(engine)
 	}

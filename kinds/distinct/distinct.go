@@ -39,6 +39,7 @@ func init() {
 // kept, 3), key_field, ts_field.
 type job struct {
 	sp        synopsis.Params
+	name      string // the job's, for its status
 	precision uint8
 	parts     []*part
 	last      uint64 // estimate of the last distinct message; only the sampler touches it
@@ -60,7 +61,7 @@ func newJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &job{sp: sp, precision: uint8(prec)}, nil
+	return &job{sp: sp, name: spec.Name, precision: uint8(prec)}, nil
 }
 
 func memory(spec runtime.Spec, p *runtime.Params, _ bool) (int64, string, error) {
@@ -149,6 +150,7 @@ func StatusOf(st runtime.JobStatus) *Status {
 
 func (j *job) Status(detail bool) any {
 	c := j.count(synopsis.WindowCurrent)
+	c.Job = j.name
 	return &Status{Distinct: &c}
 }
 

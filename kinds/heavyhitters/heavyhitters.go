@@ -51,6 +51,7 @@ func init() {
 // keep (closed windows kept, 3), key_field, ts_field.
 type job struct {
 	sp       synopsis.Params
+	name     string // the job's, for its status
 	k        int
 	counters int
 	parts    []*part
@@ -71,7 +72,7 @@ func newJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &job{sp: sp}
+	j := &job{sp: sp, name: spec.Name}
 	if j.k, err = p.Int("k", 20, 1, maxK); err != nil {
 		return nil, err
 	}
@@ -194,6 +195,7 @@ func StatusOf(st runtime.JobStatus) *Status {
 
 func (j *job) Status(detail bool) any {
 	t := j.topK(synopsis.WindowCurrent, j.k)
+	t.Job = j.name
 	return &Status{TopK: &t}
 }
 
