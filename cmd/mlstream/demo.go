@@ -47,10 +47,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var dc *demoCluster
 	if *nodes > 1 {
 		var err error
-		if dc, err = startDemoCluster(&o, *nodes, stderr); err != nil {
+		if dc, err = startDemoCluster(&o, *nodes, stdout); err != nil {
 			return err
 		}
 		defer dc.stop()
+		// The children no longer hear the terminal's Ctrl-C: they stop
+		// when the demo does, at once, so that the nodes leave together.
+		stopChildren := context.AfterFunc(ctx, dc.stop)
+		defer stopChildren()
 	}
 	if *rate <= 0 {
 		return fmt.Errorf("--rate must be positive, got %d", *rate)
@@ -75,7 +79,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		d.src = d.resume(gen.Config{Seed: *seed, DriftAfter: *drift})
 		demoBanner(stdout, l, *rate, *drift, d.src)
 		if dc != nil {
-			dc.banner(stdout, root)
+			dc.banner(stdout, root, l.url)
 		}
 		// The generator posts over HTTP like any client: with tokens
 		// configured, with one of its own that nobody else sees.
@@ -90,6 +94,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	err = serve(ctx, o)
 	cancel()
+	if dc != nil && errors.Is(err, context.DeadlineExceeded) {
+		fmt.Fprintf(stdout, "  stopped after %v without handing every partition over: the cluster's log keeps "+
+			"what they had not processed, and the next demo recovers it, as after a crash\n", o.shutdownGrace)
+		err = nil
+	}
 	if started {
 		select {
 		case <-genDone:

@@ -8,7 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // demoCluster is what `mlstream demo --nodes N` runs besides itself: the
@@ -17,11 +20,26 @@ import (
 type demoCluster struct {
 	children []*exec.Cmd
 	urls     []string // dashboard URLs, this node's first
+	// exited is closed when child i has exited and been reaped (watch).
+	exited []chan struct{}
+	// stopping is set once the demo stops its children: an exit before
+	// that is a node that died, which the demo reports.
+	stopping atomic.Bool
+	out      io.Writer // where a dead node is reported
+	outMu    sync.Mutex
 }
+
+// demoStopGrace bounds a demo node's shutdown. The demo stops the whole
+// cluster at once: a node leaving hands its partitions to peers that are
+// leaving too, and with a node dead the last ones lack the quorum of
+// their streams, so a full handover may never end. A partition not handed
+// over is recovered from the cluster's log at the next start, as after a
+// crash.
+const demoStopGrace = 5 * time.Second
 
 // startDemoCluster sets o up as node n1 of a cluster of n and starts the
 // n-1 others; their logs go to <data>/nK.log.
-func startDemoCluster(o *serverOptions, n int, stderr io.Writer) (*demoCluster, error) {
+func startDemoCluster(o *serverOptions, n int, stdout io.Writer) (*demoCluster, error) {
 	if o.data == "" {
 		return nil, fmt.Errorf("--nodes needs --data: each node keeps its streams there")
 	}
@@ -47,7 +65,10 @@ func startDemoCluster(o *serverOptions, n int, stderr io.Writer) (*demoCluster, 
 	}
 	peers := strings.Join(routes, ",")
 	o.cl.node, o.cl.routeAddr, o.cl.peers, o.data = "n1", routes[0], peers, filepath.Join(root, "n1")
-	dc := &demoCluster{urls: []string{dashboardURL("http", o.addr)}}
+	if o.shutdownGrace > demoStopGrace {
+		o.shutdownGrace = demoStopGrace
+	}
+	dc := &demoCluster{urls: []string{dashboardURL("http", o.addr)}, out: stdout}
 	for i := 1; i < n; i++ {
 		name := fmt.Sprintf("n%d", i+1)
 		logf, err := os.Create(filepath.Join(root, name+".log"))
@@ -56,10 +77,12 @@ func startDemoCluster(o *serverOptions, n int, stderr io.Writer) (*demoCluster, 
 			return nil, err
 		}
 		cmd := exec.Command(self, "serve", "--addr", addrs[i], "--data", filepath.Join(root, name), "--node", name,
-			"--cluster", routes[i], "--peers", peers, "--lease-ttl", o.cl.leaseTTL.String())
+			"--cluster", routes[i], "--peers", peers, "--lease-ttl", o.cl.leaseTTL.String(), "--shutdown-timeout", o.shutdownGrace.String())
 		cmd.Stdout, cmd.Stderr = logf, logf
-		// The children go with the demo, even when it is killed.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+		// The children go with the demo, even when it is killed; a
+		// process group of their own keeps the terminal's Ctrl-C from
+		// them: the demo stops them (stop).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 		if err := os.MkdirAll(filepath.Join(root, name), 0o755); err != nil {
 			dc.stop()
 			return nil, err
@@ -71,6 +94,8 @@ func startDemoCluster(o *serverOptions, n int, stderr io.Writer) (*demoCluster, 
 		logf.Close()
 		dc.children = append(dc.children, cmd)
 		dc.urls = append(dc.urls, dashboardURL("http", addrs[i]))
+		dc.exited = append(dc.exited, make(chan struct{}))
+		go dc.watch(i - 1)
 	}
 	if err := os.MkdirAll(o.data, 0o755); err != nil {
 		dc.stop()
@@ -79,8 +104,12 @@ func startDemoCluster(o *serverOptions, n int, stderr io.Writer) (*demoCluster, 
 	return dc, nil
 }
 
-// banner tells where each node's dashboard is and how to kill one.
-func (dc *demoCluster) banner(w io.Writer, root string) {
+// banner tells where each node's dashboard is and how to kill one; self
+// is this node's URL, as it listens.
+func (dc *demoCluster) banner(w io.Writer, root, self string) {
+	dc.outMu.Lock()
+	defer dc.outMu.Unlock()
+	dc.urls[0] = self
 	fmt.Fprintf(w, "  a cluster of %d nodes on loopback; every node serves every job:\n", len(dc.urls))
 	for i, u := range dc.urls {
 		pid := os.Getpid()
@@ -94,12 +123,44 @@ func (dc *demoCluster) banner(w io.Writer, root string) {
 	fmt.Fprintf(w, "    kill -9 %d     # node n%d; its log is %s\n", last, len(dc.urls), filepath.Join(root, fmt.Sprintf("n%d.log", len(dc.urls))))
 }
 
-func (dc *demoCluster) stop() {
-	for _, c := range dc.children {
-		_ = c.Process.Signal(syscall.SIGTERM)
+// watch reaps child i when it exits, and reports a node that died while
+// the demo runs.
+func (dc *demoCluster) watch(i int) {
+	c := dc.children[i]
+	err := c.Wait()
+	close(dc.exited[i])
+	if dc.stopping.Load() {
+		return
 	}
-	for _, c := range dc.children {
-		_ = c.Wait()
+	how := "exited"
+	if err != nil {
+		how = err.Error()
+	}
+	dc.outMu.Lock()
+	defer dc.outMu.Unlock()
+	fmt.Fprintf(dc.out, "  node n%d (pid %d) is gone (%s): the others take its partitions over once its leases lapse; "+
+		"with a node dead, Ctrl-C stops the rest within about %v\n", i+2, c.Process.Pid, how, demoStopGrace)
+}
+
+// stop asks every child that runs to shut down and waits until all have
+// exited, killing those still there after their shutdown grace.
+func (dc *demoCluster) stop() {
+	dc.stopping.Store(true)
+	for i, c := range dc.children {
+		select {
+		case <-dc.exited[i]:
+		default:
+			_ = c.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	deadline := time.After(demoStopGrace + 5*time.Second)
+	for i, c := range dc.children {
+		select {
+		case <-dc.exited[i]:
+		case <-deadline:
+			_ = c.Process.Kill()
+			<-dc.exited[i]
+		}
 	}
 }
 
