@@ -186,7 +186,7 @@ func joinCrashes(bin string, quick bool) {
 	for _, k := range crashCounts {
 		var est *joins.Estimate
 		run, err := runCrashes(bin, `{"jobs":[{"name":"bench","kind":"join","left":"imp","right":"clk","partitions":2,
-			"params":{"on":"ad","within":"100ms","allowed_lateness":"2s","sample":0.1}}]}`, k,
+			"params":{"on":"ad","within":"100ms","allowed_lateness":"2s","sample":0.1,"value":"cost"}}]}`, k,
 			func(url string, i int) {
 				lo, hi := part(i, k, total)
 				postRequests(url, joinRequests(evs[lo:hi]))
