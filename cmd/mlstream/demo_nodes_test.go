@@ -12,6 +12,9 @@ import (
 // After the kill -9 the demo suggests, the demo says the node is gone
 // (and reaps it: no zombie), and Ctrl-C then stops the rest within
 // seconds, every child reaped.
+//
+// It is the cluster's one real-process test here, so it also checks the
+// log of a cluster node.
 func TestDemoNodesCtrlCAfterANodeDies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a cluster of real processes")
@@ -52,6 +55,10 @@ func TestDemoNodesCtrlCAfterANodeDies(t *testing.T) {
 	}
 	if err := gone(n2); err != nil {
 		t.Errorf("n2 (pid %d): %v", n2, err)
+	}
+	// The leases' log lines name the node once (they repeated it).
+	if regexp.MustCompile(`node=n1 node=n1`).MatchString(p.output()) {
+		t.Error("a log line names its node twice")
 	}
 }
 
