@@ -39,6 +39,7 @@ func init() {
 // kept, 3), key_field, ts_field.
 type job struct {
 	sp        synopsis.Params
+	wm        *runtime.Watermark
 	precision uint8
 	parts     []*part
 	last      uint64 // estimate of the last distinct message; only the sampler touches it
@@ -60,7 +61,7 @@ func newJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &job{sp: sp, precision: uint8(prec)}, nil
+	return &job{sp: sp, wm: sp.NewWatermark(nil), precision: uint8(prec)}, nil
 }
 
 func memory(spec runtime.Spec, p *runtime.Params, _ bool) (int64, string, error) {
@@ -83,6 +84,8 @@ func (j *job) NewPartition(index int, out runtime.Emitter) runtime.Operator {
 	}
 	p := &part{}
 	p.Index, p.Sketch = index, sk
+	p.Sketch.SetMaxOpen(j.sp.Open)
+	p.Join(j.wm)
 	p.Publish(time.Now())
 	j.parts = append(j.parts, p)
 	return p
@@ -108,29 +111,27 @@ type Count struct {
 	Upper    uint64  `json:"upper"`
 	Late     uint64  `json:"late"`
 	Dropped  uint64  `json:"dropped"`
+	synopsis.WindowInfo
 }
 
+// count merges the partitions' published copies of a window.
 func (j *job) count(window string) Count {
-	out := Count{Window: window}
-	var merged *synopses.Distinct
-	var lost uint64
-	for _, p := range j.parts {
-		v, late, dropped, lostValues := p.View(window)
-		out.Late += late
-		out.Dropped += dropped
-		lost += lostValues
-		if merged == nil {
-			merged = v.Sum.Clone()
-		} else if err := merged.Merge(v.Sum); err != nil {
+	merged, err := synopses.NewDistinct(j.precision)
+	if err != nil {
+		panic(err) // precision was checked by newJob
+	}
+	sel := synopsis.Select(j.sp, j.wm, j.parts, window, func(s *synopses.Distinct) {
+		if err := merged.Merge(s); err != nil {
 			panic(err) // same precision everywhere
 		}
-		if j.sp.Window != synopsis.WholeStream {
-			out.Start, out.End = v.Span.Start, v.Span.End
-		}
+	})
+	out := Count{Window: window, Late: sel.Late, Dropped: sel.Dropped, WindowInfo: j.sp.Info(sel)}
+	if j.sp.Window != synopsis.WholeStream {
+		out.Start, out.End = sel.Span.Start, sel.Span.End
 	}
 	out.Estimate, out.StdError = merged.Estimate(), merged.StdError()
 	out.Lower, out.Upper = merged.Bounds(3)
-	out.Upper += lost
+	out.Upper += sel.Lost
 	return out
 }
 
