@@ -20,19 +20,20 @@ type Clock func() time.Time
 // withIdleness, so that one quiet partition does not hold every window
 // open; its later events behind the watermark are late.
 //
-// Partitions report with Partition.Observe (atomic stores, once a batch:
-// no clock on the hot path); Advance, from queries and the engine's
-// once-a-second sampler, reads the clock and recomputes.
+// Partitions report with PartitionTime.Observe and read Current once a
+// batch (atomics only: no clock, no lock on the hot path); Advance, from
+// queries and the engine's once-a-second sampler, reads the clock to tell
+// which partitions are idle.
 type Watermark struct {
 	lateness int64 // ms
 	idle     time.Duration
 	clock    Clock
 
-	mu    sync.Mutex
-	parts []*PartitionTime
-	idles []int // partitions left out at the last Advance
-	wm    atomic.Int64
-	has   atomic.Bool
+	parts atomic.Pointer[[]*PartitionTime] // copied on write
+	wm    atomic.Int64                     // none: math.MinInt64
+
+	mu    sync.Mutex // Advance's
+	idles []int      // partitions left out at the last Advance
 }
 
 // PartitionTime is one partition's report to its job's watermark.
@@ -40,6 +41,7 @@ type PartitionTime struct {
 	maxTS  atomic.Int64
 	hasMax atomic.Bool
 	events atomic.Uint64
+	idle   atomic.Bool // left out of the least, until its next events
 	// seen and active are Advance's, under Watermark.mu: the event count
 	// at the last Advance, and when it last changed.
 	seen   uint64
@@ -52,16 +54,33 @@ func NewWatermark(lateness, idle time.Duration, clock Clock) *Watermark {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Watermark{lateness: lateness.Milliseconds(), idle: idle, clock: clock}
+	w := &Watermark{lateness: lateness.Milliseconds(), idle: idle, clock: clock}
+	w.wm.Store(none)
+	return w
 }
+
+// none is the watermark before there is one.
+const none = math.MinInt64
 
 // Partition adds a partition, active from now.
 func (w *Watermark) Partition() *PartitionTime {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := &PartitionTime{active: w.clock()}
-	w.parts = append(w.parts, p)
+	var parts []*PartitionTime
+	if old := w.parts.Load(); old != nil {
+		parts = append(parts, *old...)
+	}
+	parts = append(parts, p)
+	w.parts.Store(&parts)
 	return p
+}
+
+func (w *Watermark) partitions() []*PartitionTime {
+	if p := w.parts.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Observe reports the partition's largest event time (ok false: none yet)
@@ -71,46 +90,55 @@ func (p *PartitionTime) Observe(maxTS int64, ok bool, events uint64) {
 		p.maxTS.Store(maxTS)
 		p.hasMax.Store(true)
 	}
-	p.events.Store(events)
-}
-
-// Current is the watermark as of the last Advance (ok false: none yet, as
-// while an active partition has seen no event).
-func (w *Watermark) Current() (wm int64, ok bool) {
-	if !w.has.Load() {
-		return 0, false
+	if p.events.Swap(events) != events && p.idle.Load() {
+		p.idle.Store(false)
 	}
-	return w.wm.Load(), true
 }
 
-// Advance recomputes the watermark at the clock's time and returns it.
-func (w *Watermark) Advance() (wm int64, ok bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	now := w.clock()
-	least, any, none := int64(math.MaxInt64), false, false
-	w.idles = w.idles[:0]
-	for i, p := range w.parts {
-		if n := p.events.Load(); n != p.seen {
-			p.seen, p.active = n, now
-		}
-		if w.idle > 0 && now.Sub(p.active) >= w.idle {
-			w.idles = append(w.idles, i)
+// Current is the watermark (ok false: none yet, as while a partition
+// that is not idle has seen no event): the least of the partitions'
+// largest event times less the lateness, or what it was, if more.
+func (w *Watermark) Current() (wm int64, ok bool) {
+	least, active, unseen := int64(math.MaxInt64), false, false
+	for _, p := range w.partitions() {
+		if p.idle.Load() {
 			continue
 		}
-		any = true
+		active = true
 		if !p.hasMax.Load() {
-			none = true
-			continue
+			unseen = true
+			break
 		}
 		least = min(least, p.maxTS.Load())
 	}
-	if any && !none {
-		if c := least - w.lateness; !w.has.Load() || c > w.wm.Load() {
-			w.wm.Store(c)
-			w.has.Store(true)
+	if active && !unseen {
+		c := max(least-w.lateness, none+1)
+		for old := w.wm.Load(); c > old && !w.wm.CompareAndSwap(old, c); old = w.wm.Load() {
 		}
 	}
+	if wm = w.wm.Load(); wm == none {
+		return 0, false
+	}
+	return wm, true
+}
+
+// Advance tells by the clock which partitions are idle and returns the
+// watermark.
+func (w *Watermark) Advance() (wm int64, ok bool) {
+	w.mu.Lock()
+	now := w.clock()
+	w.idles = w.idles[:0]
+	for i, p := range w.partitions() {
+		if n := p.events.Load(); n != p.seen {
+			p.seen, p.active = n, now
+		}
+		idle := w.idle > 0 && now.Sub(p.active) >= w.idle
+		p.idle.Store(idle)
+		if idle {
+			w.idles = append(w.idles, i)
+		}
+	}
+	w.mu.Unlock()
 	return w.Current()
 }
 
@@ -124,11 +152,7 @@ func (w *Watermark) Idle() []int {
 // Seed starts the watermark at wm (a rescaled job's, from the job it
 // replaces): it never goes back.
 func (w *Watermark) Seed(wm int64, ok bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if ok && (!w.has.Load() || wm > w.wm.Load()) {
-		w.wm.Store(wm)
-		w.has.Store(true)
+	for old := w.wm.Load(); ok && wm > old && !w.wm.CompareAndSwap(old, wm); old = w.wm.Load() {
 	}
 }
 

@@ -170,6 +170,7 @@ func (j *job) query(q runtime.QueryArgs) (any, error) {
 
 // Announce publishes the current window's count when it changed.
 func (j *job) Announce(out runtime.Emitter, now time.Time) {
+	j.wm.Advance() // once a second: partitions learn of closed windows and idleness without a query
 	if !out.Wants(TypeDistinct) {
 		return
 	}

@@ -221,6 +221,7 @@ func (j *job) query(q runtime.QueryArgs) (any, error) {
 // Announce publishes the current window's top k when its items or their
 // order changed.
 func (j *job) Announce(out runtime.Emitter, now time.Time) {
+	j.wm.Advance() // once a second: partitions learn of closed windows and idleness without a query
 	if !out.Wants(TypeTopK) {
 		return
 	}
