@@ -1,6 +1,7 @@
 package heavyhitters
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -156,5 +157,35 @@ func TestIdlePartitionLeftOut(t *testing.T) {
 	}
 	if last := j.topK(synopsis.WindowLast, 16); last.Start != 10_000 || len(last.IdlePartitions) != 0 {
 		t.Fatalf("partition 1 active again: last from %d, idle %v", last.Start, last.IdlePartitions)
+	}
+}
+
+// A job restored from its partitions' backups answers every window as
+// before: the restored event times give the same watermark's window.
+func TestRecoveredWindowsAnswerAlike(t *testing.T) {
+	clock := &windowtest.Clock{T: time.Unix(0, 0)}
+	j := testJob(2, 16, time.Second, 0, time.Minute, clock)
+	var seq uint64
+	r := rand.New(rand.NewPCG(7, 36))
+	for range 400 {
+		p := r.IntN(2)
+		j.feed(p, &seq, windowtest.Event{Key: fmt.Sprint("k", r.IntN(20)), TS: 5_000 + int64(seq)*10 + int64(p)*700})
+	}
+	back := testJob(2, 16, time.Second, 0, time.Minute, clock)
+	for i, p := range j.parts {
+		var buf bytes.Buffer
+		if err := p.BackupState(&buf, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := back.parts[i].RecoverState(&buf); err != nil {
+			t.Fatal(err)
+		}
+		back.parts[i].Recovered(p.StateSeqs())
+	}
+	for _, w := range []string{synopsis.WindowCurrent, synopsis.WindowLast, synopsis.WindowAll} {
+		a, b := j.topK(w, 16), back.topK(w, 16)
+		if a.Start != b.Start || a.End != b.End || a.Total != b.Total || !slices.Equal(a.Items, b.Items) || !slices.Equal(a.Closed, b.Closed) {
+			t.Fatalf("%s: restored [%d,%d) total %d closed %v, was [%d,%d) total %d closed %v", w, b.Start, b.End, b.Total, b.Closed, a.Start, a.End, a.Total, a.Closed)
+		}
 	}
 }

@@ -402,9 +402,11 @@ func (p *Summary[S, W]) RecoverState(r io.Reader) error { return p.Sketch.Recove
 func (p *Summary[S, W]) Alpha() float64                 { return p.AlphaOf() }
 
 // Recovered publishes the restored summary at once: queries must not wait
-// for the first event.
+// for the first event; and reports the restored event time (the newest
+// window's start, a lower bound) to the job's watermark.
 func (p *Summary[S, W]) Recovered(seqs []uint64) {
 	p.RecoveredSeqs(seqs)
+	p.endBatch(0)
 	p.Publish(time.Now())
 }
 

@@ -33,9 +33,11 @@ func (sp Params) NewWatermark(clock runtime.Clock) *runtime.Watermark {
 	return runtime.NewWatermark(sp.Lateness, sp.Idle, clock)
 }
 
-// Join adds the partition to the job's watermark.
+// Join adds the partition to the job's watermark, which alone closes its
+// windows from now on (also those a recovery restores).
 func (p *Summary[S, W]) Join(wm *runtime.Watermark) {
 	p.WM, p.Time = wm, wm.Partition()
+	p.Sketch.SetWatermark(wm.Current())
 }
 
 // published is one partition's published copies.
