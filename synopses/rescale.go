@@ -85,7 +85,7 @@ func RescaleHH(from []*WindowedHH, n int, part func(item string) int) []*Windowe
 	}
 	out := make([]*WindowedHH, n)
 	for q := range out {
-		w := windows[*HeavyHitters]{size: from[0].w.size, keep: from[0].w.keep, maxOpen: from[0].w.maxOpen, newS: from[0].w.newS,
+		w := windows[*HeavyHitters]{size: from[0].w.size, keep: from[0].w.keep, maxOpen: from[0].w.maxOpen, ext: from[0].w.ext, newS: from[0].w.newS,
 			clone: from[0].w.clone, merge: from[0].w.merge, widen: from[0].w.widen}
 		if q == 0 {
 			for _, h := range from {
