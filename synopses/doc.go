@@ -83,8 +83,13 @@
 // # Windows
 //
 // Tumbling windows by event time in milliseconds: the window of ts is
-// ⌊ts/size⌋. An event of a newer window closes the current one (kept among
-// the last `keep` windows); an event of a kept window is added to it and
-// counted as late; an event older than every kept window is counted as
-// dropped, never lost silently.
+// ⌊ts/size⌋. A window closes when the watermark passes its end: the
+// summary's own largest event time, or, once SetWatermark was called, the
+// watermark it is told (a job's, the least over its partitions, so that
+// every partition closes a window at the same point). Closed windows are
+// kept among the last `keep`; an event of a kept closed window is added to
+// it and counted as late; an event older than every kept window is counted
+// as dropped, never lost silently. Besides those, a summary holds at most
+// SetMaxOpen open windows (DefaultOpen); past it the oldest window is let
+// go and counted in Evicted.
 package synopses

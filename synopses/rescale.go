@@ -10,9 +10,8 @@ import (
 // counters redistributed by item (RescaleHH).
 
 // mergeFrom folds o's windows into w: each of o's windows into w's of the
-// same index (made when missing). The newest window is current; windows
-// older than keep before it are dropped, as an advancing window would
-// drop them. Late, dropped and closed counts add up, and pending widens
+// same index (made when missing). Windows older than keep before the
+// newest are dropped, as an advancing watermark would drop them. Late, dropped and closed counts add up, and pending widens
 // are kept. Every window is fresh: the next delta carries it in full.
 func (w *windows[S]) mergeFrom(o *windows[S]) {
 	all := w.list()
@@ -31,23 +30,25 @@ func (w *windows[S]) mergeFrom(o *windows[S]) {
 	w.pend = append(w.pend, o.pend...)
 }
 
-// place makes all the windows: the newest current, the others closed.
+// place makes all the windows, sorted: the newest one's start stands for
+// the largest event time seen (its lower bound), which closes the windows
+// before it unless a watermark is told. Every window is fresh: the next
+// delta carries it in full.
 func (w *windows[S]) place(all []*window[S]) {
 	slices.SortFunc(all, func(a, b *window[S]) int { return cmp.Compare(a.idx, b.idx) })
-	w.cur, w.closed = nil, nil
+	w.wins, w.hot, w.hasC, w.hasMax = nil, nil, false, false
+	for _, x := range all {
+		x.fresh, x.stale = true, true
+	}
+	w.wins = all
 	if len(all) == 0 {
 		return
 	}
-	w.cur = all[len(all)-1]
-	lo := w.cur.idx - int64(w.keep)
-	for _, x := range all[:len(all)-1] {
-		if x.idx >= lo {
-			w.closed = append(w.closed, x)
-		}
+	w.maxTS, w.hasMax = w.span(all[len(all)-1].idx).Start, true
+	if !w.ext {
+		w.advance(w.maxTS)
 	}
-	for _, x := range all {
-		x.fresh = true
-	}
+	w.trim()
 }
 
 // MergeFrom folds o's windows into d (register-wise maximum: the union).
@@ -84,7 +85,7 @@ func RescaleHH(from []*WindowedHH, n int, part func(item string) int) []*Windowe
 	}
 	out := make([]*WindowedHH, n)
 	for q := range out {
-		w := windows[*HeavyHitters]{size: from[0].w.size, keep: from[0].w.keep, newS: from[0].w.newS,
+		w := windows[*HeavyHitters]{size: from[0].w.size, keep: from[0].w.keep, maxOpen: from[0].w.maxOpen, ext: from[0].w.ext, newS: from[0].w.newS,
 			clone: from[0].w.clone, merge: from[0].w.merge, widen: from[0].w.widen}
 		if q == 0 {
 			for _, h := range from {

@@ -23,6 +23,11 @@ type window[S ft.Stateful] struct {
 	idx   int64 // window number: Start = idx·size
 	s     S
 	fresh bool // created since the last backup: the next delta carries it in full
+	// view is the copy queries read, made by views; stale says s may have
+	// changed since (the hot window always may: its events mark nothing).
+	view  S
+	hasV  bool
+	stale bool
 }
 
 // pendingWiden is a Widen still owed to windows that did not exist when it
@@ -35,15 +40,31 @@ type pendingWiden struct {
 }
 
 // windows is the tumbling-window logic shared by WindowedHH and
-// WindowedDistinct.
+// WindowedDistinct. A window closes when the watermark passes its end:
+// the summary's own largest event time, or, once SetWatermark was called,
+// the watermark it is told (a job's, over all its partitions). It holds
+// the last keep closed windows and the open ones, at most keep+open in
+// all (DefaultOpen open ones unless SetMaxOpen said otherwise).
 type windows[S ft.Stateful] struct {
-	size    int64 // ms
-	keep    int
-	cur     *window[S]   // nil before the first event
-	closed  []*window[S] // ascending idx, within [cur.idx-keep, cur.idx)
+	size int64 // ms
+	keep int
+	wins []*window[S] // ascending idx
+	// hot is the open window the last event went to: the next event of
+	// the same window takes the short way.
+	hot *window[S]
+	// ext: the watermark is told (SetWatermark), not the own max.
+	ext bool
+	// c is the first open window: every window below it is closed
+	// (hasC false: none closed yet).
+	c       int64
+	hasC    bool
+	maxTS   int64 // largest event time seen (hasMax)
+	hasMax  bool
 	late    uint64
 	dropped uint64
 	nclosed uint64
+	maxOpen int    // most open windows held besides keep closed ones; 0: DefaultOpen
+	evicted uint64 // windows let go to stay within keep+open
 	pend    []pendingWiden
 
 	newS     func() S
@@ -72,46 +93,130 @@ func floorDiv(a, b int64) int64 {
 
 func (w *windows[S]) span(idx int64) Span { return Span{idx * w.size, (idx + 1) * w.size} }
 
-// target returns the summary an event at ts goes to, or nil if it is too
-// late; late reports an event of a closed window, closed that the event
-// closed the current window.
-func (w *windows[S]) target(ts int64) (s S, ok, late, closed bool) {
-	idx := floorDiv(ts, w.size)
-	switch {
-	case w.cur == nil:
-		w.cur = w.open(idx)
-	case idx > w.cur.idx:
-		w.closed = append(w.closed, w.cur)
-		w.nclosed++
-		closed = true
-		w.cur = w.open(idx)
-		lo := idx - int64(w.keep)
-		i := 0
-		for i < len(w.closed) && w.closed[i].idx < lo {
-			i++
-		}
-		w.closed = slices.Delete(w.closed, 0, i)
-		w.pend = slices.DeleteFunc(w.pend, func(p pendingWiden) bool { return !p.open && p.upto < lo })
-	case idx < w.cur.idx:
-		if idx < w.cur.idx-int64(w.keep) {
-			w.dropped++
-			return s, false, false, false
-		}
-		w.late++
-		i, found := slices.BinarySearchFunc(w.closed, idx, func(x *window[S], t int64) int {
-			return cmp.Compare(x.idx, t)
-		})
-		if !found {
-			w.closed = slices.Insert(w.closed, i, w.open(idx))
-		}
-		return w.closed[i].s, true, true, false
+// DefaultOpen is how many open windows a summary holds at most by default.
+const DefaultOpen = 4
+
+// maxWindows is the most windows held: keep closed ones and open.
+func (w *windows[S]) maxWindows() int {
+	if w.maxOpen <= 0 {
+		return w.keep + DefaultOpen
 	}
-	return w.cur.s, true, false, closed
+	return w.keep + w.maxOpen
+}
+
+// target returns the summary an event at ts goes to, or nil if it is too
+// late; late reports an event of a closed window, opened that the event
+// opened a window after every one held (the runtime backs up there: a new
+// window is punctuation).
+func (w *windows[S]) target(ts int64) (s S, ok, late, opened bool) {
+	idx := floorDiv(ts, w.size)
+	if h := w.hot; h != nil && h.idx == idx {
+		if ts > w.maxTS {
+			w.maxTS = ts
+		}
+		return h.s, true, false, false
+	}
+	return w.targetSlow(ts, idx)
+}
+
+// targetSlow is target for an event of another window than the last one.
+func (w *windows[S]) targetSlow(ts, idx int64) (s S, ok, late, opened bool) {
+	prev := w.newest()
+	opened = prev != nil && idx > prev.idx
+	if !w.hasMax || ts > w.maxTS {
+		w.maxTS, w.hasMax = ts, true
+		if !w.ext {
+			w.advance(ts)
+		}
+	}
+	if w.hasC && idx < w.c {
+		return w.targetLate(idx)
+	}
+	x, _ := w.at(idx)
+	x.stale = true
+	w.hot = x
+	w.trim()
+	return x.s, true, false, opened
+}
+
+// targetLate is target for an event of a closed window: added to it when
+// kept, else dropped.
+func (w *windows[S]) targetLate(idx int64) (s S, ok, late, opened bool) {
+	if idx < w.c-int64(w.keep) {
+		w.dropped++
+		return s, false, false, false
+	}
+	w.late++
+	x, _ := w.at(idx)
+	x.stale = true
+	return x.s, true, true, false
+}
+
+// at returns window idx, opened when missing.
+func (w *windows[S]) at(idx int64) (x *window[S], made bool) {
+	i, found := slices.BinarySearchFunc(w.wins, idx, func(x *window[S], t int64) int {
+		return cmp.Compare(x.idx, t)
+	})
+	if !found {
+		w.wins = slices.Insert(w.wins, i, w.open(idx))
+	}
+	return w.wins[i], !found
+}
+
+// trim lets the oldest windows go past maxWindows, counted in evicted:
+// the summary's events ran too far ahead of the watermark, and a query of
+// those windows misses this summary's part of them.
+func (w *windows[S]) trim() {
+	n := len(w.wins) - w.maxWindows()
+	if n <= 0 {
+		return
+	}
+	w.evicted += uint64(n)
+	for _, x := range w.wins[:n] {
+		if x == w.hot {
+			w.hot = nil
+		}
+	}
+	w.wins = slices.Delete(w.wins, 0, n)
+}
+
+// advance moves the watermark to wm: windows that end at or before it
+// close, and closed ones older than keep are let go.
+func (w *windows[S]) advance(wm int64) {
+	c := floorDiv(wm, w.size)
+	if w.hasC && c <= w.c {
+		return
+	}
+	if w.hasC {
+		w.nclosed++
+	}
+	w.c, w.hasC = c, true
+	if w.hot != nil && w.hot.idx < c {
+		w.hot = nil
+	}
+	lo := c - int64(w.keep)
+	i := 0
+	for i < len(w.wins) && w.wins[i].idx < lo {
+		i++
+	}
+	w.wins = slices.Delete(w.wins, 0, i)
+	w.pend = slices.DeleteFunc(w.pend, func(p pendingWiden) bool { return !p.open && p.upto < lo })
+}
+
+// setWatermark tells the watermark (ok false: none yet): from then on it,
+// not the own largest event time, closes windows.
+func (w *windows[S]) setWatermark(wm int64, ok bool) {
+	if !w.ext {
+		w.ext, w.hasC, w.hot = true, false, nil // the own watermark no longer counts
+	}
+	if ok {
+		w.advance(wm)
+	}
 }
 
 // open creates window idx, applying the Widen calls it owes.
 func (w *windows[S]) open(idx int64) *window[S] {
-	nw := &window[S]{idx: idx, s: w.newS(), fresh: true}
+	nw := &window[S]{idx: idx, s: w.newS(), fresh: true, stale: true}
 	for i := range w.pend {
 		p := &w.pend[i]
 		if p.open && idx > p.after {
@@ -124,15 +229,23 @@ func (w *windows[S]) open(idx int64) *window[S] {
 	return nw
 }
 
+// newest is the window of largest index, nil when none.
+func (w *windows[S]) newest() *window[S] {
+	if len(w.wins) == 0 {
+		return nil
+	}
+	return w.wins[len(w.wins)-1]
+}
+
 // Widen widens every window now and those a lost event may have opened.
 func (w *windows[S]) Widen(by uint64) {
 	after := int64(math.MinInt64) // no window yet: the first to open owes it
-	if w.cur != nil {
-		for _, x := range w.closed {
+	if n := w.newest(); n != nil {
+		for _, x := range w.wins {
 			w.widen(x.s, by)
+			x.stale = true
 		}
-		w.widen(w.cur.s, by)
-		after = w.cur.idx
+		after = n.idx
 	}
 	w.pend = append(w.pend, pendingWiden{by: by, after: after, open: true})
 }
@@ -150,28 +263,66 @@ func (w *windows[S]) empty() S {
 	return s
 }
 
+// owed is what a window after every one held would hold on opening: the
+// Widen calls it owes (ok false: none).
+func (w *windows[S]) owed() (s S, ok bool) {
+	for _, p := range w.pend {
+		if p.open {
+			return w.empty(), true
+		}
+	}
+	return s, false
+}
+
+// currentIdx is the current window: the first open one, or, before any
+// closed, the oldest held.
+func (w *windows[S]) currentIdx() (int64, bool) {
+	switch {
+	case w.hasC:
+		return w.c, true
+	case len(w.wins) > 0:
+		return w.wins[0].idx, true
+	}
+	return 0, false
+}
+
+// find returns window idx, nil when not held.
+func (w *windows[S]) find(idx int64) *window[S] {
+	i, found := slices.BinarySearchFunc(w.wins, idx, func(x *window[S], t int64) int {
+		return cmp.Compare(x.idx, t)
+	})
+	if !found {
+		return nil
+	}
+	return w.wins[i]
+}
+
 func (w *windows[S]) current() (Span, S) { return w.currentBy(w.clone) }
 
 // currentBy is current with the copy made by cp.
 func (w *windows[S]) currentBy(cp func(S) S) (Span, S) {
-	if w.cur == nil {
+	idx, ok := w.currentIdx()
+	if !ok {
 		return Span{}, w.empty()
 	}
-	return w.span(w.cur.idx), cp(w.cur.s)
+	if x := w.find(idx); x != nil {
+		return w.span(idx), cp(x.s)
+	}
+	return w.span(idx), w.blank()
 }
 
 func (w *windows[S]) last() (Span, S) { return w.lastBy(w.clone) }
 
 // lastBy is last with the copy made by cp.
 func (w *windows[S]) lastBy(cp func(S) S) (Span, S) {
-	if w.cur == nil {
+	idx, ok := w.currentIdx()
+	if !ok {
 		return Span{}, w.blank()
 	}
-	idx := w.cur.idx - 1
-	if n := len(w.closed); n > 0 && w.closed[n-1].idx == idx {
-		return w.span(idx), cp(w.closed[n-1].s)
+	if x := w.find(idx - 1); x != nil {
+		return w.span(idx - 1), cp(x.s)
 	}
-	return w.span(idx), w.blank()
+	return w.span(idx - 1), w.blank()
 }
 
 // blank is one empty summary, made once: what last returns while there is
@@ -184,45 +335,57 @@ func (w *windows[S]) blank() S {
 }
 
 func (w *windows[S]) all() (Span, S) {
-	if w.cur == nil {
+	idx, ok := w.currentIdx()
+	if !ok {
 		return Span{}, w.empty()
 	}
-	sp := w.span(w.cur.idx)
-	if len(w.closed) == 0 {
+	sp := w.span(idx)
+	if len(w.wins) == 1 && w.wins[0].idx == idx {
 		// One window (always so for the whole stream): a copy is what a
 		// merge into an empty summary would give, for a fraction of it.
-		return sp, w.clone(w.cur.s)
+		return sp, w.clone(w.wins[0].s)
 	}
 	s := w.newS()
-	for _, x := range w.closed {
+	for _, x := range w.wins {
 		w.merge(s, x.s)
 	}
-	if len(w.closed) > 0 {
-		sp.Start = w.span(w.closed[0].idx).Start
+	if len(w.wins) > 0 {
+		sp.Start = min(sp.Start, w.span(w.wins[0].idx).Start)
+		sp.End = max(sp.End, w.span(w.newest().idx).End)
 	}
-	w.merge(s, w.cur.s)
 	return sp, s
+}
+
+// views returns a copy of every window held, ascending: a window copied
+// before and not changed since keeps its copy.
+func (w *windows[S]) views() []Window[S] {
+	cp := w.clone
+	if w.view != nil {
+		cp = w.view
+	}
+	out := make([]Window[S], len(w.wins))
+	for i, x := range w.wins {
+		if x.stale || !x.hasV {
+			x.view, x.hasV = cp(x.s), true
+			x.stale = x == w.hot
+		}
+		out[i] = Window[S]{Span: w.span(x.idx), Sum: x.view}
+	}
+	return out
 }
 
 // divergence is the largest of the windows', plus what a backup that could
 // not be written left of it.
 func (w *windows[S]) divergence() float64 {
 	var d float64
-	if w.cur != nil {
-		d = w.cur.s.StateDivergence()
-	}
-	for _, x := range w.closed {
+	for _, x := range w.wins {
 		d = max(d, x.s.StateDivergence())
 	}
 	return d + w.carried
 }
 
 func (w *windows[S]) list() []*window[S] {
-	l := slices.Clone(w.closed)
-	if w.cur != nil {
-		l = append(l, w.cur)
-	}
-	return l
+	return slices.Clone(w.wins)
 }
 
 // Payload modes of a window in a backup.
@@ -305,8 +468,9 @@ func boolByte(v bool) byte {
 	return 0
 }
 
-// recover applies a backup; on error w is unchanged. The last window listed
-// is the current one.
+// recover applies a backup; on error w is unchanged. The windows' own
+// watermark is the start of the newest (a lower bound of the largest
+// event time it saw); a told watermark is told again.
 func (w *windows[S]) recover(r io.Reader, magic string) error {
 	data, err := readAll(r)
 	if err != nil {
@@ -331,7 +495,7 @@ func (w *windows[S]) recover(r io.Reader, magic string) error {
 		p.open = d.Byte() == 1
 		pend = append(pend, p)
 	}
-	n := d.Count(uint64(w.keep)+1, 3)
+	n := d.Count(uint64(w.maxWindows()), 3)
 	old := map[int64]*window[S]{}
 	for _, x := range w.list() {
 		old[x.idx] = x
@@ -365,11 +529,7 @@ func (w *windows[S]) recover(r io.Reader, magic string) error {
 		return err
 	}
 	w.late, w.dropped, w.nclosed, w.pend, w.carried = late, dropped, nclosed, pend, 0
-	w.cur, w.closed = nil, nil
-	if len(l) > 0 {
-		w.cur = l[len(l)-1]
-		w.closed = l[:len(l)-1]
-	}
+	w.place(l)
 	return nil
 }
 
@@ -401,7 +561,7 @@ func (w *windows[S]) copies() (cur, last, all Window[S]) {
 	}
 	cur.Span, cur.Sum = w.currentBy(cp)
 	last.Span, last.Sum = w.lastBy(cp)
-	if w.cur != nil && len(w.closed) == 0 {
+	if idx, ok := w.currentIdx(); ok && len(w.wins) == 1 && w.wins[0].idx == idx {
 		return cur, last, cur
 	}
 	all.Span, all.Sum = w.all()
@@ -463,6 +623,32 @@ func (h *WindowedHH) Last() (Span, *HeavyHitters) { return h.w.last() }
 
 // All is the merge of the kept windows and the current one.
 func (h *WindowedHH) All() (Span, *HeavyHitters) { return h.w.all() }
+
+// SetWatermark tells the watermark that closes windows (ok false: none
+// yet, so none closes): a job's over its partitions. From the first call
+// on, the summary's own largest event time no longer closes windows.
+func (h *WindowedHH) SetWatermark(wm int64, ok bool) { h.w.setWatermark(wm, ok) }
+
+// MaxTime is the largest event time seen (ok false: none).
+func (h *WindowedHH) MaxTime() (ts int64, ok bool) { return h.w.maxTS, h.w.hasMax }
+
+// Views returns a copy of each window held (the open ones and the last
+// keep closed), ascending, for readers only; a window unchanged since the
+// previous call keeps its copy. owed, when owes, is what a window opened
+// after every one held would hold (the widening a recovery left it).
+func (h *WindowedHH) Views() (views []Window[*HeavyHitters], owed *HeavyHitters, owes bool) {
+	owed, owes = h.w.owed()
+	return h.w.views(), owed, owes
+}
+
+// Evicted is the number of windows let go because the summary held keep
+// closed and the most open ones (its events ran that far ahead of the
+// watermark).
+func (h *WindowedHH) Evicted() uint64 { return h.w.evicted }
+
+// SetMaxOpen sets how many open windows are held at most besides the keep
+// closed ones (DefaultOpen by default).
+func (h *WindowedHH) SetMaxOpen(n int) { h.w.maxOpen = n }
 
 // Late is the number of events added to a closed window.
 func (h *WindowedHH) Late() uint64 { return h.w.late }
@@ -558,6 +744,24 @@ func (d *WindowedDistinct) Last() (Span, *Distinct) { return d.w.last() }
 
 // All is the union of the kept windows and the current one.
 func (d *WindowedDistinct) All() (Span, *Distinct) { return d.w.all() }
+
+// SetWatermark tells the watermark, as WindowedHH.SetWatermark.
+func (d *WindowedDistinct) SetWatermark(wm int64, ok bool) { d.w.setWatermark(wm, ok) }
+
+// MaxTime is the largest event time seen (ok false: none).
+func (d *WindowedDistinct) MaxTime() (ts int64, ok bool) { return d.w.maxTS, d.w.hasMax }
+
+// Views returns a copy of each window held, as WindowedHH.Views.
+func (d *WindowedDistinct) Views() (views []Window[*Distinct], owed *Distinct, owes bool) {
+	owed, owes = d.w.owed()
+	return d.w.views(), owed, owes
+}
+
+// Evicted is the number of windows let go, as WindowedHH.Evicted.
+func (d *WindowedDistinct) Evicted() uint64 { return d.w.evicted }
+
+// SetMaxOpen is WindowedHH.SetMaxOpen.
+func (d *WindowedDistinct) SetMaxOpen(n int) { d.w.maxOpen = n }
 
 // Late is the number of events added to a closed window.
 func (d *WindowedDistinct) Late() uint64 { return d.w.late }

@@ -123,7 +123,7 @@ func TestWindowedCrashRecovery(t *testing.T) {
 		}
 		before := seed%2 == 1 // back up at a window end before the event that ends it
 		for i, e := range ev[:crashAt] {
-			if before && h.w.cur != nil && floorDiv(e.ts, size) > h.w.cur.idx {
+			if n := h.w.newest(); before && n != nil && floorDiv(e.ts, size) > n.idx {
 				backup(i - 1)
 			}
 			_, closed := h.Update(e.key, 1, e.ts)

@@ -40,6 +40,7 @@ func init() {
 type job struct {
 	sp        synopsis.Params
 	name      string // the job's, for its status
+	wm        *runtime.Watermark
 	precision uint8
 	parts     []*part
 	last      uint64 // estimate of the last distinct message; only the sampler touches it
@@ -61,7 +62,7 @@ func newJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &job{sp: sp, name: spec.Name, precision: uint8(prec)}, nil
+	return &job{sp: sp, name: spec.Name, wm: sp.NewWatermark(nil), precision: uint8(prec)}, nil
 }
 
 func memory(spec runtime.Spec, p *runtime.Params, _ bool) (int64, string, error) {
@@ -84,6 +85,8 @@ func (j *job) NewPartition(index int, out runtime.Emitter) runtime.Operator {
 	}
 	p := &part{}
 	p.Index, p.Sketch = index, sk
+	p.Sketch.SetMaxOpen(j.sp.Open)
+	p.Join(j.wm)
 	p.Publish(time.Now())
 	j.parts = append(j.parts, p)
 	return p
@@ -109,29 +112,27 @@ type Count struct {
 	Upper    uint64  `json:"upper"`
 	Late     uint64  `json:"late"`
 	Dropped  uint64  `json:"dropped"`
+	synopsis.WindowInfo
 }
 
+// count merges the partitions' published copies of a window.
 func (j *job) count(window string) Count {
-	out := Count{Window: window}
-	var merged *synopses.Distinct
-	var lost uint64
-	for _, p := range j.parts {
-		v, late, dropped, lostValues := p.View(window)
-		out.Late += late
-		out.Dropped += dropped
-		lost += lostValues
-		if merged == nil {
-			merged = v.Sum.Clone()
-		} else if err := merged.Merge(v.Sum); err != nil {
+	merged, err := synopses.NewDistinct(j.precision)
+	if err != nil {
+		panic(err) // precision was checked by newJob
+	}
+	sel := synopsis.Select(j.sp, j.wm, j.parts, window, func(s *synopses.Distinct) {
+		if err := merged.Merge(s); err != nil {
 			panic(err) // same precision everywhere
 		}
-		if j.sp.Window != synopsis.WholeStream {
-			out.Start, out.End = v.Span.Start, v.Span.End
-		}
+	})
+	out := Count{Window: window, Late: sel.Late, Dropped: sel.Dropped, WindowInfo: j.sp.Info(sel)}
+	if j.sp.Window != synopsis.WholeStream {
+		out.Start, out.End = sel.Span.Start, sel.Span.End
 	}
 	out.Estimate, out.StdError = merged.Estimate(), merged.StdError()
 	out.Lower, out.Upper = merged.Bounds(3)
-	out.Upper += lost
+	out.Upper += sel.Lost
 	return out
 }
 
@@ -171,6 +172,7 @@ func (j *job) query(q runtime.QueryArgs) (any, error) {
 
 // Announce publishes the current window's count when it changed.
 func (j *job) Announce(out runtime.Emitter, now time.Time) {
+	j.wm.Advance() // once a second: partitions learn of closed windows and idleness without a query
 	if !out.Wants(TypeDistinct) {
 		return
 	}

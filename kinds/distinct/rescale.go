@@ -22,5 +22,6 @@ func (j *job) RescaleInto(next runtime.Instance) error {
 		nj.parts[i%len(nj.parts)].Sketch.MergeFrom(p.Sketch)
 	}
 	synopsis.Inherit(j.parts, nj.parts)
+	nj.wm.Seed(j.wm.Current())
 	return nil
 }

@@ -52,6 +52,7 @@ func init() {
 type job struct {
 	sp       synopsis.Params
 	name     string // the job's, for its status
+	wm       *runtime.Watermark
 	k        int
 	counters int
 	parts    []*part
@@ -72,7 +73,7 @@ func newJob(spec runtime.Spec, p *runtime.Params) (runtime.Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &job{sp: sp, name: spec.Name}
+	j := &job{sp: sp, name: spec.Name, wm: sp.NewWatermark(nil)}
 	if j.k, err = p.Int("k", 20, 1, maxK); err != nil {
 		return nil, err
 	}
@@ -104,6 +105,8 @@ func (j *job) Extract(v *fastjson.Value, rec *runtime.Record, a *runtime.Arena, 
 func (j *job) NewPartition(index int, out runtime.Emitter) runtime.Operator {
 	p := &part{}
 	p.Index, p.Sketch = index, synopses.NewWindowedHH(j.counters, j.sp.Window, j.sp.Keep)
+	p.Sketch.SetMaxOpen(j.sp.Open)
+	p.Join(j.wm)
 	p.Publish(time.Now())
 	j.parts = append(j.parts, p)
 	return p
@@ -136,6 +139,7 @@ type TopK struct {
 	MaxUntracked uint64 `json:"max_untracked"`
 	Late         uint64 `json:"late"`
 	Dropped      uint64 `json:"dropped"`
+	synopsis.WindowInfo
 	// Shed and ExtraWeight are what load shedding dropped and added (the
 	// bounds include both); absent without shedding.
 	Shed        uint64 `json:"shed,omitempty"`
@@ -145,15 +149,10 @@ type TopK struct {
 // topK merges the partitions' published copies of a window.
 func (j *job) topK(window string, k int) TopK {
 	merged := synopses.NewHeavyHitters(j.counters)
-	out := TopK{Window: window}
-	for _, p := range j.parts {
-		v, late, dropped, _ := p.View(window)
-		out.Late += late
-		out.Dropped += dropped
-		merged.Merge(v.Sum)
-		if j.sp.Window != synopsis.WholeStream {
-			out.Start, out.End = v.Span.Start, v.Span.End
-		}
+	sel := synopsis.Select(j.sp, j.wm, j.parts, window, func(s *synopses.HeavyHitters) { merged.Merge(s) })
+	out := TopK{Window: window, Late: sel.Late, Dropped: sel.Dropped, WindowInfo: j.sp.Info(sel)}
+	if j.sp.Window != synopsis.WholeStream {
+		out.Start, out.End = sel.Span.Start, sel.Span.End
 	}
 	out.Items, out.Total, out.MaxUntracked = merged.TopK(k), merged.Total(), merged.MaxUntracked()
 	if j.shed != nil {
@@ -224,6 +223,7 @@ func (j *job) query(q runtime.QueryArgs) (any, error) {
 // Announce publishes the current window's top k when its items or their
 // order changed.
 func (j *job) Announce(out runtime.Emitter, now time.Time) {
+	j.wm.Advance() // once a second: partitions learn of closed windows and idleness without a query
 	if !out.Wants(TypeTopK) {
 		return
 	}

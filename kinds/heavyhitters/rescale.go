@@ -25,5 +25,6 @@ func (j *job) RescaleInto(next runtime.Instance) error {
 		nj.parts[q].Sketch = sk
 	}
 	synopsis.Inherit(j.parts, nj.parts)
+	nj.wm.Seed(j.wm.Current())
 	return nil
 }

@@ -21,6 +21,8 @@ func (sp Params) StringField() (string, bool) {
 // weight (α's measure), so the events that fit in the slack below what
 // the unit said is no reason to back up need no check.
 func (p *Summary[S, W]) ProcessRecords(recs []runtime.Record, logged bool, add func(r *runtime.Record) (closed bool)) {
+	p.beginBatch()
+	defer p.endBatch(len(recs))
 	if p.unit == nil {
 		p.processUnchecked(recs, logged, add)
 		return

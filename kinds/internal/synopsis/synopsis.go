@@ -32,13 +32,21 @@ const (
 
 // Params are the params both synopsis kinds share: field (the event field
 // whose values are counted), window (none or a duration), keep (closed
-// windows kept) and the field names.
+// windows kept), allowed_lateness and idle_timeout (the job's watermark,
+// runtime.Watermark) and the field names.
 type Params struct {
-	Fields runtime.Fields
-	Field  string
-	Window time.Duration // WholeStream when none
-	Keep   int
+	Fields   runtime.Fields
+	Field    string
+	Window   time.Duration // WholeStream when none
+	Keep     int
+	Lateness time.Duration
+	Idle     time.Duration // 0: a partition is never left out
+	Open     int           // most open windows a partition holds
 }
+
+// DefaultIdle is idle_timeout's default: a partition without events for
+// this long no longer holds the job's watermark back.
+const DefaultIdle = 10 * time.Second
 
 // ReadParams reads the shared params.
 func ReadParams(p *runtime.Params) (Params, error) {
@@ -59,10 +67,24 @@ func ReadParams(p *runtime.Params) (Params, error) {
 	if sp.Keep, err = p.Int("keep", DefaultKeep, 1, MaxKeep); err != nil {
 		return sp, err
 	}
+	if sp.Open, err = readOpen(p); err != nil {
+		return sp, err
+	}
+	if sp.Lateness, err = p.Duration("allowed_lateness", 0, 0); err != nil {
+		return sp, err
+	}
+	if sp.Idle, err = p.Duration("idle_timeout", DefaultIdle, 0); err != nil {
+		return sp, err
+	}
 	if sp.Fields, err = runtime.ReadFields(p); err != nil {
 		return sp, err
 	}
 	return sp, nil
+}
+
+// readOpen reads param max_open_windows.
+func readOpen(p *runtime.Params) (int, error) {
+	return p.Int("max_open_windows", synopses.DefaultOpen, 1, MaxKeep)
 }
 
 // ReadWindow reads param window: none (0) or a duration of at least 1ms.
@@ -284,30 +306,36 @@ func (s *Part) SetUnit(u runtime.FTUnit) { s.unit, s.quiet.div, s.quiet.events =
 // View is a published copy of one window of a summary.
 type View[S any] = synopses.Window[S]
 
-// windowViews names the three windows a query can ask for.
-func windowViews[S any](current, last, all View[S]) map[string]View[S] {
-	return map[string]View[S]{WindowCurrent: current, WindowLast: last, WindowAll: all}
-}
-
 // Windowed is what both windowed synopses offer.
 type Windowed[S any] interface {
 	ft.Stateful
-	// Windows copies the current, last and all windows (all may be the
-	// current one's copy: they are only read).
-	Windows() (current, last, all synopses.Window[S])
+	// Views copies every window held, ascending, and what a window opened
+	// later would owe (synopses.WindowedHH.Views).
+	Views() (views []synopses.Window[S], owed S, owes bool)
+	SetWatermark(wm int64, ok bool)
+	MaxTime() (ts int64, ok bool)
 	Late() uint64
 	Dropped() uint64
+	Evicted() uint64
 }
 
 // Summary is what the two kinds' partitions share beyond Part: the
-// summary, its published copies and its fault-tolerance hooks.
+// summary, its published copies, its report to the job's watermark and
+// its fault-tolerance hooks.
 type Summary[S any, W Windowed[S]] struct {
 	Part
 	Sketch W
+	// WM is the job's watermark, Time this partition's report to it (nil:
+	// the summary's own largest event time closes its windows).
+	WM     *runtime.Watermark
+	Time   *runtime.PartitionTime
+	events uint64
 	pub    struct {
 		sync.Mutex
-		views         map[string]View[S]
-		late, dropped uint64
+		views                  []View[S]
+		owed                   S
+		hasOwed                bool
+		late, dropped, evicted uint64
 		// lostValues counts the values of events lost in crashes (kept by
 		// distinct: each can be a distinct value the sketch never saw).
 		lostValues uint64
@@ -335,18 +363,28 @@ func (p *Summary[S, W]) Idle(final bool) time.Duration {
 
 // Publish copies the windows queries read.
 func (p *Summary[S, W]) Publish(now time.Time) {
-	views := windowViews(p.Sketch.Windows())
+	views, owed, hasOwed := p.Sketch.Views()
 	p.pub.Lock()
-	p.pub.views, p.pub.late, p.pub.dropped = views, p.Sketch.Late(), p.Sketch.Dropped()
+	p.pub.views, p.pub.owed, p.pub.hasOwed = views, owed, hasOwed
+	p.pub.late, p.pub.dropped, p.pub.evicted = p.Sketch.Late(), p.Sketch.Dropped(), p.Sketch.Evicted()
 	p.pub.Unlock()
 	p.PubAt = now
 }
 
-// View returns the published copy of a window and the counters.
-func (p *Summary[S, W]) View(window string) (v View[S], late, dropped, lost uint64) {
-	p.pub.Lock()
-	defer p.pub.Unlock()
-	return p.pub.views[window], p.pub.late, p.pub.dropped, p.pub.lostValues
+// beginBatch tells the summary the job's watermark before a batch.
+func (p *Summary[S, W]) beginBatch() {
+	if p.WM != nil {
+		p.Sketch.SetWatermark(p.WM.Current())
+	}
+}
+
+// endBatch reports the partition's event time to the job's watermark.
+func (p *Summary[S, W]) endBatch(n int) {
+	p.events += uint64(n)
+	if p.Time != nil {
+		ts, ok := p.Sketch.MaxTime()
+		p.Time.Observe(ts, ok, p.events)
+	}
 }
 
 // AddLostValues counts values of events lost in a crash.
@@ -364,9 +402,11 @@ func (p *Summary[S, W]) RecoverState(r io.Reader) error { return p.Sketch.Recove
 func (p *Summary[S, W]) Alpha() float64                 { return p.AlphaOf() }
 
 // Recovered publishes the restored summary at once: queries must not wait
-// for the first event.
+// for the first event; and reports the restored event time (the newest
+// window's start, a lower bound) to the job's watermark.
 func (p *Summary[S, W]) Recovered(seqs []uint64) {
 	p.RecoveredSeqs(seqs)
+	p.endBatch(0)
 	p.Publish(time.Now())
 }
 
@@ -387,15 +427,20 @@ func UnitsOf[P runtime.Unit](parts []P) []runtime.Unit {
 }
 
 // publishedSummaries is what a synopsis partition holds besides its live
-// windows: the published current, last and all windows, and the blank
-// summary that stands for a missing window.
+// windows over the whole stream: the published copy, the blank summary
+// that stands for a missing window, and room for a query's merge.
 const publishedSummaries = 4
 
 // Summaries is how many summaries a synopsis partition holds at most: its
-// live windows (the current one and keep closed ones, or one for the
-// whole stream) and the published ones; for memory estimates.
+// live windows (keep closed ones and max_open_windows open ones, or one
+// for the whole stream) and as many published copies, for memory
+// estimates.
 func Summaries(p *runtime.Params) (int64, error) {
 	keep, err := p.Int("keep", DefaultKeep, 1, MaxKeep)
+	if err != nil {
+		return 0, err
+	}
+	open, err := readOpen(p)
 	if err != nil {
 		return 0, err
 	}
@@ -405,7 +450,7 @@ func Summaries(p *runtime.Params) (int64, error) {
 	}
 	live := int64(1)
 	if w != "none" {
-		live += int64(keep)
+		live = int64(keep + open)
 	}
-	return live + publishedSummaries, nil
+	return live + max(live, publishedSummaries), nil
 }
