@@ -13,7 +13,6 @@ import (
 // nodeStats are this node's cluster counters.
 type nodeStats struct {
 	published   atomic.Uint64 // log messages published by ingest here
-	ingested    atomic.Uint64 // events in them
 	forwarded   atomic.Uint64 // outputs forwarded to other nodes
 	views       atomic.Uint64 // partition states installed as views
 	takeovers   atomic.Uint64 // partitions this node took over
@@ -214,4 +213,26 @@ func partOwner(p int, o lease.Owner) PartOwner {
 		po.Since = o.Since.UTC().Format(time.RFC3339)
 	}
 	return po
+}
+
+var _ runtime.Owning = (*Node)(nil)
+
+// Unowned is runtime.Owning's: the partitions of job (-1: its global
+// unit) whose lease no node holds, for the job's health.
+func (n *Node) Unowned(job string) []int {
+	st := n.job(job)
+	if n.leases == nil || st == nil {
+		return nil
+	}
+	owners := n.leases.Owners()
+	var out []int
+	for p := range st.parts {
+		if owners[leaseKey(job, p)].Node == "" {
+			out = append(out, p)
+		}
+	}
+	if st.share != nil && owners[leaseKey(job, -1)].Node == "" {
+		out = append(out, -1)
+	}
+	return out
 }
