@@ -31,7 +31,7 @@ type Owning interface {
 	Unowned(job string) []int
 }
 
-// coordWindow is how many one-second samples the coordination overhead
+// coordWindow is how many seconds of samples the coordination overhead
 // must stay above its bound, groups being measured, before an auto group
 // that is still below sync.max_group counts as failing: the controller
 // doubles the group at each group above the bound, so a few seconds is
@@ -56,45 +56,65 @@ func (j *Job) health(cur *GroupStatus) Health {
 
 // coordinationHealth judges the job's coordination overhead: cur is its
 // group status now, recent its last samples, oldest first. The overhead is
-// past its bound when it is above high now and the controller cannot or
-// did not bring it down: a fixed group, a group at max_group, or one that
-// stayed above high over the last coordWindow samples while groups ran
-// (whether it grew meanwhile or not).
+// past its bound when the groups measured over the last coordWindow
+// seconds spent more than high of their time coordinating: the window's
+// share, not the last group's alone (a job whose groups mostly end on an
+// empty queue measures one now and then; one dear group among cheap ones
+// is no trouble), whether the controller grew the group meanwhile or not.
+// Until a window is measured (a new job, an idle one), the last group
+// judges a group the controller cannot grow: fixed, or at max_group.
 func coordinationHealth(cur *GroupStatus, recent []*GroupStatus, maxGroup int) *HealthReason {
-	if cur == nil || cur.Overhead <= cur.High {
+	if cur == nil {
 		return nil
 	}
-	head := fmt.Sprintf("coordination %s > %s", shareText(cur.Overhead), shareText(cur.High))
+	share, measured := cur.Overhead, false
+	if len(recent) > coordWindow {
+		share, measured = windowOverhead(recent)
+	}
+	if !measured {
+		share = cur.Overhead
+	}
+	if share <= cur.High {
+		return nil
+	}
+	head := fmt.Sprintf("coordination %s > %s", shareText(share), shareText(cur.High))
+	over := "the last group's"
+	if measured {
+		over = fmt.Sprintf("over the last %d s, the groups'", coordWindow)
+	}
 	r := &HealthReason{Code: "coordination", Text: head}
 	switch {
 	case cur.Mode == "fixed":
-		r.Why = fmt.Sprintf("%s at the fixed group size %s: raise sync.every or set it to \"auto\"", head, sizeText(cur.Size))
+		r.Why = fmt.Sprintf("%s (%s) at the fixed group size %s: raise sync.every or set it to \"auto\"", head, over, sizeText(cur.Size))
 	case maxGroup > 0 && cur.Size >= 0.95*float64(maxGroup):
-		r.Why = fmt.Sprintf("%s at max group %d: the job's batches are tiny; raise sync.max_group or send bigger requests", head, maxGroup)
-	case len(recent) > coordWindow && stayedAbove(recent):
+		r.Why = fmt.Sprintf("%s (%s) at max group %d: the job's batches are tiny; raise sync.max_group or send bigger requests", head, over, maxGroup)
+	case measured:
 		first, last := recent[0], recent[len(recent)-1]
 		grew := ""
 		if last.Size > first.Size {
 			grew = fmt.Sprintf(", while the group grew from %s to %s batches", sizeText(first.Size), sizeText(last.Size))
 		}
-		r.Why = fmt.Sprintf("%s for the last %d s%s: coordinating costs more than the work between, and groups also end at sync.max_delay; raise sync.max_delay or send bigger requests",
-			head, coordWindow, grew)
+		r.Why = fmt.Sprintf("%s (%s)%s: coordinating costs more than the work between, and groups also end at sync.max_delay; raise sync.max_delay or send bigger requests",
+			head, over, grew)
 	default:
 		return nil // an auto group still adapting
 	}
 	return r
 }
 
-// stayedAbove says whether every sample's overhead is above its bound and
-// groups were measured between the first and the last: an idle job's last
-// overhead is old news.
-func stayedAbove(recent []*GroupStatus) bool {
-	for _, g := range recent {
-		if g == nil || g.Overhead <= g.High {
-			return false
-		}
+// windowOverhead is the share of the measured groups' time spent
+// coordinating between the first sample and the last; measured is false
+// when no group was (an idle job's last overhead is old news).
+func windowOverhead(recent []*GroupStatus) (share float64, measured bool) {
+	first, last := recent[0], recent[len(recent)-1]
+	if first == nil || last == nil || last.Groups <= first.Groups {
+		return 0, false
 	}
-	return recent[len(recent)-1].Groups > recent[0].Groups
+	c, w := last.coordNs-first.coordNs, last.workNs-first.workNs
+	if c < 0 || w < 0 || c+w <= 0 {
+		return 0, false
+	}
+	return float64(c) / float64(c+w), true
 }
 
 // unownedHealth names the partitions no node holds.

@@ -16,43 +16,46 @@ func TestHealthCoordinationPastItsBound(t *testing.T) {
 	g := func(mode string, size, overhead float64, groups uint64) *GroupStatus {
 		return &GroupStatus{Mode: mode, Size: size, Overhead: overhead, Low: 0.05, High: 0.10, Groups: groups}
 	}
-	// series is a window of samples, oldest first, with the sizes given
-	// and the overhead above the bound from the index above on.
-	series := func(sizes []float64, above int, groups func(i int) uint64) []*GroupStatus {
+	// series is a window of samples, oldest first, with the group sizes
+	// given, in which the groups measured spend share of their time
+	// coordinating; idle: no group measured in it.
+	series := func(sizes []float64, share float64, idle bool) []*GroupStatus {
 		out := make([]*GroupStatus, len(sizes))
-		for i, s := range sizes {
-			oh := 0.08
-			if i >= above {
-				oh = 0.86
+		for i, size := range sizes {
+			x := g("auto", size, 0.86, 40)
+			if !idle {
+				x.Groups += uint64(10 * i)
+				x.coordNs, x.workNs = int64(share*float64(i)*1e9), int64((1-share)*float64(i)*1e9)
 			}
-			out[i] = g("auto", s, oh, groups(i))
+			out[i] = x
 		}
 		return out
 	}
-	running := func(i int) uint64 { return uint64(10 * i) }
-	idle := func(int) uint64 { return 40 }
 	growing := []float64{1, 2, 4, 8, 16, 32}
 	for _, c := range []struct {
 		name   string
 		cur    *GroupStatus
 		recent []*GroupStatus
-		want   string // "" for none
+		text   string // "" for no reason
+		why    string
 	}{
-		{"fixed", g("fixed", 5, 0.86, 9), nil, "at the fixed group size 5: raise sync.every"},
-		{"at max group", g("auto", 1024, 0.48, 900), nil, "at max group 1024"},
-		{"growing, above for 5 s", g("auto", 32, 0.86, 50), series(growing, 0, running), "grew from 1 to 32 batches"},
-		{"flat, above for 5 s", g("auto", 8, 0.86, 50), series([]float64{8, 8, 8, 8, 8, 8}, 0, running), "for the last 5 s: coordinating costs more"},
-		{"adapting", g("auto", 32, 0.86, 50), series(growing, 4, running), ""},
-		{"window not full", g("auto", 4, 0.86, 20), series(growing[:3], 0, running), ""},
-		{"idle", g("auto", 32, 0.86, 40), series(growing, 0, idle), ""},
-		{"within the bound", g("fixed", 5, 0.09, 9), nil, ""},
+		{"fixed", g("fixed", 5, 0.86, 9), nil, "coordination 86% > 10%", "(the last group's) at the fixed group size 5: raise sync.every"},
+		{"at max group", g("auto", 1024, 0.48, 900), nil, "coordination 48% > 10%", "at max group 1024"},
+		{"at max group, measured", g("auto", 1024, 0.05, 900), series([]float64{1024, 1024, 1024, 1024, 1024, 1024}, 0.77, false), "coordination 77% > 10%", "(over the last 5 s, the groups') at max group 1024"},
+		{"growing, above for 5 s", g("auto", 32, 0.86, 90), series(growing, 0.86, false), "coordination 86% > 10%", "grew from 1 to 32 batches"},
+		{"flat, above for 5 s", g("auto", 8, 0.5, 90), series([]float64{8, 8, 8, 8, 8, 8}, 0.3, false), "coordination 30% > 10%", "coordination 30% > 10% (over the last 5 s, the groups'): coordinating costs more"},
+		{"one dear group among cheap ones", g("auto", 32, 0.86, 90), series(growing, 0.02, false), "", ""},
+		{"at max group, one dear group among cheap ones", g("auto", 1024, 0.86, 90), series([]float64{1024, 1024, 1024, 1024, 1024, 1024}, 0.02, false), "", ""},
+		{"window not full", g("auto", 4, 0.86, 20), series(growing[:3], 0.86, false), "", ""},
+		{"idle", g("auto", 32, 0.86, 40), series(growing, 0, true), "", ""},
+		{"idle at max group", g("auto", 1024, 0.86, 40), series([]float64{1024, 1024, 1024, 1024, 1024, 1024}, 0, true), "coordination 86% > 10%", "(the last group's) at max group"},
 	} {
 		r := coordinationHealth(c.cur, c.recent, 1024)
 		switch {
-		case c.want == "" && r != nil:
+		case c.text == "" && r != nil:
 			t.Errorf("%s: %+v, want none", c.name, *r)
-		case c.want != "" && (r == nil || !strings.Contains(r.Why, c.want) || r.Code != "coordination" || !strings.HasPrefix(r.Text, "coordination 86% > 10%") && c.cur.Overhead == 0.86):
-			t.Errorf("%s: %+v, want a coordination reason saying %q", c.name, r, c.want)
+		case c.text != "" && (r == nil || r.Code != "coordination" || r.Text != c.text || !strings.Contains(r.Why, c.why)):
+			t.Errorf("%s: %+v, want %q saying %q", c.name, r, c.text, c.why)
 		}
 	}
 }
@@ -72,6 +75,8 @@ func TestJobStatusHealthFromSamples(t *testing.T) {
 			p.group.pubSize.Store(int64(1) << i)
 			p.group.pubOverhead.Store(math.Float64bits(0.86))
 			p.group.groups.Add(3)
+			p.group.coordNs.Add(86e6)
+			p.group.workNs.Add(14e6)
 		}
 		j.sample(now.Add(time.Duration(i) * time.Second))
 		// The engine's own sampler may add a sample between these (each
