@@ -35,7 +35,16 @@ type nodeStats struct {
 
 	mu    sync.Mutex
 	moves []Move // the latest, oldest first
+
+	// owners is the lease table as Unowned last read it, at ownersAt.
+	ownersMu sync.Mutex
+	owners   map[string]lease.Owner
+	ownersAt time.Time
 }
+
+// ownersEvery is how often Unowned reads the lease table again: every
+// job's status asks, every second, for each client of the feed.
+const ownersEvery = 500 * time.Millisecond
 
 // Move is one change of owner seen by this node (as the new owner).
 type Move struct {
@@ -224,7 +233,7 @@ func (n *Node) Unowned(job string) []int {
 	if n.leases == nil || st == nil {
 		return nil
 	}
-	owners := n.leases.Owners()
+	owners := n.recentOwners()
 	var out []int
 	for p := range st.parts {
 		if owners[leaseKey(job, p)].Node == "" {
@@ -235,4 +244,15 @@ func (n *Node) Unowned(job string) []int {
 		out = append(out, -1)
 	}
 	return out
+}
+
+// recentOwners is the lease table, at most ownersEvery old.
+func (n *Node) recentOwners() map[string]lease.Owner {
+	c := &n.stats
+	c.ownersMu.Lock()
+	defer c.ownersMu.Unlock()
+	if now := time.Now(); c.owners == nil || now.Sub(c.ownersAt) >= ownersEvery {
+		c.owners, c.ownersAt = n.leases.Owners(), now
+	}
+	return c.owners
 }

@@ -955,11 +955,12 @@ function statsLate(j) {
   return { level: "bad", text: "no stats", why: ago };
 }
 
-// heard moves the server's clock on to t (ms), a time the server sent.
+// heard moves the server's clock on to t (ms), a time the server sent
+// (a message may carry an older one: a recovery told to a new subscriber).
 function heard(t) {
   if (!isNum(t)) return;
   serverClock = Math.max(serverClock, t);
-  if (connected && !feedOpenedServer) feedOpenedServer = t;
+  if (connected && !feedOpenedServer) feedOpenedServer = serverClock;
 }
 
 // healthReasons are the problems the service found in a job (its status's
