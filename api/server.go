@@ -138,6 +138,7 @@ func New(cfg Config) *Server {
 			}
 			r.With(knownParams("jobs", "types")).Get("/ws", s.ws)
 			r.With(none).Get("/cluster", s.clusterStatus)
+			r.With(none).Get("/whoami", s.whoami)
 		})
 		r.With(admin, none).Put("/jobs/{job}", s.putJob)
 		r.With(admin, none).Delete("/jobs/{job}", s.deleteJob)

@@ -58,7 +58,6 @@ func (n *Node) Publish(ctx context.Context, j *runtime.Job, parts [][]runtime.Re
 		failed := n.awaitAcks(ctx, msgs, futures)
 		if len(failed) == 0 {
 			n.stats.published.Add(uint64(len(msgs)))
-			n.stats.ingested.Add(uint64(countRecords(parts)))
 			return nil
 		}
 		if ctx.Err() != nil {

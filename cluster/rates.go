@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mlstream/mlstream/runtime"
 	"github.com/nats-io/nats.go"
 )
 
@@ -24,7 +23,8 @@ const (
 // NodeRates are one node's rates over its last ratesEvery.
 type NodeRates struct {
 	// Ingested is the events a second accepted by ingest on the node
-	// (published to the log) and read from jobs' NATS sources there.
+	// (published to the log) and read from jobs' NATS sources there: a
+	// request's events once, however many jobs read its stream.
 	Ingested float64 `json:"ingested_per_s"`
 	// Processed is the events a second processed by the partitions the
 	// node owns.
@@ -150,7 +150,9 @@ type ownedPart struct {
 
 func (r *rates) sample(now time.Time) rateSample {
 	st := &r.n.stats
-	s := rateSample{at: now, ingested: st.ingested.Load() + st.sourced.Load(), forwarded: st.forwarded.Load(),
+	// The engine's count: ingest publishes a request once per job reading
+	// its stream, and a source's messages are requests too.
+	s := rateSample{at: now, ingested: r.n.engine.AcceptedEvents(), forwarded: st.forwarded.Load(),
 		done: map[ownedPart]uint64{}}
 	for _, js := range r.n.jobsList() {
 		if js.global.owned.Load() {
@@ -192,12 +194,4 @@ func (s rateSample) ratesSince(prev rateSample) NodeRates {
 	}
 	nr.Processed = float64(done) / dt
 	return nr
-}
-
-func countRecords(parts [][]runtime.Record) int {
-	n := 0
-	for _, recs := range parts {
-		n += len(recs)
-	}
-	return n
 }

@@ -1,14 +1,20 @@
 package cluster
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/mlstream/mlstream/cluster/lease"
+	"github.com/mlstream/mlstream/kinds/kindtest"
+	"github.com/mlstream/mlstream/runtime"
+	"github.com/valyala/fastjson"
 )
 
 // Each node publishes its rates every second; another node shows them
-// beside the node in its status, and forgets a node that fell silent.
+// beside the node in its status, and forgets a node that fell silent. Its
+// ingest rate counts events, not events times the jobs reading their
+// stream (three jobs read the stream the 600 events go to).
 func TestRatesReachOtherNodes(t *testing.T) {
 	url := testNATS(t)
 	ja := testJob("j", 2)
@@ -16,7 +22,12 @@ func TestRatesReachOtherNodes(t *testing.T) {
 	a := outputsNode(t, url, "a", ja)
 	b := outputsNode(t, url, "b")
 	waitFor(t, "b to receive a's rates", func() bool { _, ok := b.out.rates.of(time.Now())["a"]; return ok })
-	a.stats.ingested.Add(600)
+	for _, name := range []string{"x", "y", "z"} {
+		if _, err := a.engine.PutJob(runtime.Spec{Name: name, Kind: kindtest.Throttled, Input: "s", Params: map[string]any{"rate": 1e6}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	postEvents(t, a.engine, "s", 600)
 	var got NodeRates
 	waitFor(t, "a's ingest rate at b", func() bool {
 		got = b.out.rates.of(time.Now())["a"]
@@ -47,5 +58,23 @@ func TestRatesCountOwnershipsOnce(t *testing.T) {
 	r := cur.ratesSince(prev)
 	if r.Processed != 100 || r.Forwarded != 20 || r.Owned != 2 {
 		t.Fatalf("rates %+v, want 100 processed/s (partition 0 only), 20 forwarded/s, 2 owned", r)
+	}
+}
+
+// postEvents accepts n events into stream in one request.
+func postEvents(t *testing.T, e *runtime.Engine, stream string, n int) {
+	t.Helper()
+	b, err := e.NewBatch(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := fastjson.MustParse(`{"key":"k"}`)
+	for i := range n {
+		if err := b.Add(v, i+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Commit(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 // nodeStats are this node's cluster counters.
 type nodeStats struct {
 	published   atomic.Uint64 // log messages published by ingest here
-	ingested    atomic.Uint64 // events in them
 	forwarded   atomic.Uint64 // outputs forwarded to other nodes
 	views       atomic.Uint64 // partition states installed as views
 	takeovers   atomic.Uint64 // partitions this node took over
@@ -36,7 +35,16 @@ type nodeStats struct {
 
 	mu    sync.Mutex
 	moves []Move // the latest, oldest first
+
+	// owners is the lease table as Unowned last read it, at ownersAt.
+	ownersMu sync.Mutex
+	owners   map[string]lease.Owner
+	ownersAt time.Time
 }
+
+// ownersEvery is how often Unowned reads the lease table again: every
+// job's status asks, every second, for each client of the feed.
+const ownersEvery = 500 * time.Millisecond
 
 // Move is one change of owner seen by this node (as the new owner).
 type Move struct {
@@ -214,4 +222,37 @@ func partOwner(p int, o lease.Owner) PartOwner {
 		po.Since = o.Since.UTC().Format(time.RFC3339)
 	}
 	return po
+}
+
+var _ runtime.Owning = (*Node)(nil)
+
+// Unowned is runtime.Owning's: the partitions of job (-1: its global
+// unit) whose lease no node holds, for the job's health.
+func (n *Node) Unowned(job string) []int {
+	st := n.job(job)
+	if n.leases == nil || st == nil {
+		return nil
+	}
+	owners := n.recentOwners()
+	var out []int
+	for p := range st.parts {
+		if owners[leaseKey(job, p)].Node == "" {
+			out = append(out, p)
+		}
+	}
+	if st.share != nil && owners[leaseKey(job, -1)].Node == "" {
+		out = append(out, -1)
+	}
+	return out
+}
+
+// recentOwners is the lease table, at most ownersEvery old.
+func (n *Node) recentOwners() map[string]lease.Owner {
+	c := &n.stats
+	c.ownersMu.Lock()
+	defer c.ownersMu.Unlock()
+	if now := time.Now(); c.owners == nil || now.Sub(c.ownersAt) >= ownersEvery {
+		c.owners, c.ownersAt = n.leases.Owners(), now
+	}
+	return c.owners
 }

@@ -258,6 +258,10 @@ type GroupStatus struct {
 	// TotalOverhead is the share of all processing and coordination time
 	// spent coordinating since the start.
 	TotalOverhead float64 `json:"total_overhead"`
+
+	// coordNs and workNs are the totals TotalOverhead is made of: two
+	// samples' give the overhead between them (health.go).
+	coordNs, workNs int64
 }
 
 func (g *groupSizer) status() GroupStatus {
@@ -266,7 +270,8 @@ func (g *groupSizer) status() GroupStatus {
 	if !g.cfg.auto {
 		st.Mode = "fixed"
 	}
-	if c, w := g.coordNs.Load(), g.workNs.Load(); c+w > 0 {
+	st.coordNs, st.workNs = g.coordNs.Load(), g.workNs.Load()
+	if c, w := st.coordNs, st.workNs; c+w > 0 {
 		st.TotalOverhead = float64(c) / float64(c+w)
 	}
 	return st
@@ -288,7 +293,7 @@ func jobGroupStatus(parts []*partition) *GroupStatus {
 		c += p.group.coordNs.Load()
 		w += p.group.workNs.Load()
 	}
-	st.TotalOverhead = 0
+	st.TotalOverhead, st.coordNs, st.workNs = 0, c, w
 	if c+w > 0 {
 		st.TotalOverhead = float64(c) / float64(c+w)
 	}

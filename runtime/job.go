@@ -403,6 +403,8 @@ type JobStatus struct {
 	HeldBack      int64   `json:"held_back"`
 	HeldBackTotal uint64  `json:"held_back_total"`
 	HeldBackMs    float64 `json:"held_back_ms"`
+	// Health is ok, or what is wrong and why (health.go).
+	Health Health `json:"health"`
 
 	// Section is the kind's own view (Instance.Status): its fields are
 	// encoded at the top level of the status, beside the engine's, so a
@@ -444,6 +446,7 @@ func (j *Job) Status(detail bool) JobStatus {
 	}
 	st.Group, st.Shed = jobGroupStatus(j.parts), j.shedStatus()
 	st.Rates, st.Latency = j.samples.recent()
+	st.Health = j.health(st.Group)
 	st.Section = j.kind.instance().Status(detail)
 	st.Elastic = j.elasticStatus()
 	if j.ft != nil {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,6 +15,9 @@ type metrics struct {
 	e           *Engine
 	acceptedVec *prometheus.CounterVec
 	refusedVec  *prometheus.CounterVec
+	// acceptedEvents is every stream's accepted events: a request's once,
+	// however many jobs read its stream (Engine.AcceptedEvents).
+	acceptedEvents atomic.Uint64
 
 	processed, depth, capacity, shed, overdue, latency, wsDropped, wsClients *prometheus.Desc
 	groupSize, groupOverhead, heldBack                                       *prometheus.Desc
@@ -84,6 +88,7 @@ func (m *metrics) accepted(stream string, n int) {
 	m.e.mu.RLock()
 	defer m.e.mu.RUnlock()
 	m.acceptedVec.WithLabelValues(m.streamLabel(stream)).Add(float64(n))
+	m.acceptedEvents.Add(uint64(n))
 }
 
 // refused counts events refused with reason (see the metric's help).

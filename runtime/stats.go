@@ -215,3 +215,21 @@ func (s *sampler) recentLocked() (Rates, Latency) {
 	}
 	return r, newest.lat.sub(oldest.lat).latency()
 }
+
+// groups are the group statuses of the newest n+1 samples (fewer while the
+// window fills), oldest first.
+func (s *sampler) groups(n int) []*GroupStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := min(n+1, s.filled)
+	out := make([]*GroupStatus, k)
+	for i := range k {
+		out[i] = s.samples[(s.next-k+i+2*len(s.samples))%len(s.samples)].group
+	}
+	return out
+}
+
+// AcceptedEvents counts the events this engine accepted (answered 202, or
+// taken from a source) since it started, on every stream: a request's
+// events once, however many jobs read its stream.
+func (e *Engine) AcceptedEvents() uint64 { return e.metrics.acceptedEvents.Load() }

@@ -4,11 +4,13 @@
 // feed /v1/ws, polls GET /v1/jobs and /metrics for what the feed lacks,
 // draws each job's last minutes from GET /v1/jobs/{job}/history when it
 // opens, and samples predictions and join matches with short subscriptions.
-// On a cluster node (its metrics carry the label node) static/cluster.js
-// adds the Cluster panel from GET /v1/cluster and the feed's failover
-// messages. Charts are
-// uPlot, vendored in static/vendor with its licence (the README says how to
-// update it). The browser tests are in cmd/mlstream/dashboard_test.go.
+// It judges staleness on the server's clock, shows the health the service
+// puts in each job status, keeps a token in sessionStorage and refuses an
+// admin one. On a cluster node (its metrics carry the label node)
+// static/cluster.js adds the Cluster panel from GET /v1/cluster and the
+// feed's failover messages. Charts are uPlot, vendored in static/vendor
+// with its licence (the README says how to update it). The browser tests
+// are in cmd/mlstream/dashboard_test.go and dashboard_truth_test.go.
 package web
 
 import (

@@ -581,13 +581,15 @@ func (b *browser) checkCoordinationPanels() {
 	}
 }
 
-// A service with tokens: the page asks for a read token, refuses a token
-// without the read scope and offers to forget it, then shows the data with
-// a read token, which it keeps across a reload.
+// A service with tokens: the page says the job list needs a token (not
+// "No jobs yet") and asks for a read token, refuses an admin token (it
+// does not keep one) and a token without the read scope, offering to
+// forget the latter, then shows the data with a read token, which it keeps
+// for the tab (sessionStorage, not localStorage) across a reload.
 func TestDashboardAsksForToken(t *testing.T) {
-	const readTok, ingestTok = "read-token-for-the-page-0123", "ingest-token-for-the-page-0123"
+	const readTok, ingestTok, adminTok = "read-token-for-the-page-0123", "ingest-token-for-the-page-0123", "admin-token-for-the-page-0123"
 	b := newBrowser(t)
-	srv := startEnv(t, []string{"MLSTREAM_TOKENS=read:" + readTok + ",ingest:" + ingestTok},
+	srv := startEnv(t, []string{"MLSTREAM_TOKENS=read:" + readTok + ",ingest:" + ingestTok + ",admin:" + adminTok},
 		"demo", "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--rate", "2000")
 	url := srv.url()
 	// Until the read token is in, the page meets 401s and 403s on purpose.
@@ -595,6 +597,10 @@ func TestDashboardAsksForToken(t *testing.T) {
 
 	b.do("loading the dashboard", chromedp.Navigate(url+"/"))
 	b.waitFor("the page asks for a token", `s.conn === "auth" && s.auth.includes("needs a token") && !s.auth.includes("[forget]")`, nil, 15*time.Second)
+	if v := b.eval("reading the job list", `(() => { const e = document.querySelector("#overview .empty"); return {shown: !e.hidden && !!e.offsetParent, text: e.textContent}; })()`); v["shown"] != true ||
+		strings.Contains(fmt.Sprint(v["text"]), "No jobs") || !strings.Contains(fmt.Sprint(v["text"]), "token with the read scope") {
+		b.fatalf("after a 401 the job list says %v, want that it needs a token", v)
+	}
 	// The Content-Security-Policy is in force: an injected inline script
 	// does not run (the browser says so on the console, inside the window
 	// of expected errors).
@@ -610,6 +616,14 @@ func TestDashboardAsksForToken(t *testing.T) {
 		b.t.Helper()
 		b.do("entering a token", chromedp.SendKeys(chromedp.CSS("#auth input"), tok), chromedp.Click(chromedp.CSS(`#auth button[type="submit"]`)))
 	}
+	stored := func() map[string]any {
+		return b.eval("reading the stores", `({session: sessionStorage.getItem("mlstream.token"), local: localStorage.getItem("mlstream.token")})`)
+	}
+	enter(adminTok)
+	b.waitFor("an admin token is refused", `s.conn === "auth" && s.auth.includes("admin token")`, nil, 15*time.Second)
+	if st := stored(); st["session"] != nil || st["local"] != nil {
+		b.fatalf("the page kept the admin token: %v", st)
+	}
 	enter(ingestTok)
 	b.waitFor("a token without read is refused", `s.conn === "auth" && s.auth.includes("may not read") && s.auth.includes("[forget]")`, nil, 15*time.Second)
 	b.do("forgetting it", chromedp.Click(chromedp.CSS("#auth .forget")))
@@ -620,7 +634,10 @@ func TestDashboardAsksForToken(t *testing.T) {
 	b.mu.Unlock()
 	b.waitFor("the page shows the data", `s.conn === "live" && s.auth === "" && s.jobs.includes("clicks:logreg") && s.processed !== "–" && s.acc >= 2`, nil, 30*time.Second)
 
-	// The token stays in the browser: a reload goes live without asking.
+	if st := stored(); st["session"] != readTok || st["local"] != nil {
+		b.fatalf("the read token is kept as %v, want in sessionStorage only", st)
+	}
+	// The token stays in the tab: a reload goes live without asking.
 	b.do("reloading", chromedp.Reload())
 	b.waitFor("live again without asking", `s.conn === "live" && s.auth === "" && s.processed !== "–"`, nil, 30*time.Second)
 	b.checkConsole()
@@ -694,7 +711,8 @@ const chartState = `(() => {
     const xs = u.axes[0]._values || [];
     if (!xs.length || !xs.every(v => clock.test(v))) bad.push("time ticks " + JSON.stringify(xs));
     const span = u.scales.x.max - u.scales.x.min;
-    if (!(span >= 59 && span <= 3600)) bad.push("time axis spans " + span + " s");
+    if (!(span >= 9 && span <= 3600)) bad.push("time axis spans " + span + " s");
+    if (u.scales.x.min < u.data[0][0] - 1) bad.push("time axis starts " + (u.data[0][0] - u.scales.x.min) + " s before the first point");
     u.ctx.font = "12px system-ui, sans-serif";
     u.axes.forEach((a, i) => {
       if (!a.label) bad.push("axis " + i + " has no title");
@@ -741,7 +759,8 @@ func (b *browser) checkCharts(dir string) {
 		b.shot(dir, "chart-"+job+"-"+chart, fmt.Sprintf(`section.job[data-job=%q] [data-chart=%q]`, job, chart))
 	}
 	b.do("letting the page go on", chromedp.Evaluate[chromedp.Void](`feed.onmessage = window.heldOnMessage`))
-	// One point: the time axis spans a minute, not the years around it.
+	// One point: the time axis starts there and spans ten seconds, not the
+	// years around it.
 	// The job list's poll removes a job the service does not list: it is
 	// held while the fed job is looked at (one poll may be on its way
 	// already: shotFed feeds the job again should it be gone).
@@ -751,9 +770,9 @@ func (b *browser) checkCharts(dir string) {
 	b.do("feeding one point", chromedp.Evaluate[chromedp.Void](feed))
 	one := b.eval("reading the one-point chart", `(() => {
 		const u = document.querySelector('section.job[data-job="one-point"] [data-chart="rate"]').uplot;
-		return {span: u.scales.x.max - u.scales.x.min, ticks: u.axes[0]._values, y: u.axes[1]._values};
+		return {span: u.scales.x.max - u.scales.x.min, before: u.data[0][0] - u.scales.x.min, ticks: u.axes[0]._values, y: u.axes[1]._values};
 	})()`)
-	if span, _ := one["span"].(float64); span < 59 || span > 63 {
+	if span, _ := one["span"].(float64); span < 9 || span > 12 || one["before"] != 0.0 {
 		b.fatalf("a chart of one point spans %v s: %v", one["span"], one)
 	}
 	b.shotFed(dir, "chart-one-point", feed, `section.job[data-job="one-point"] .charts`)
@@ -799,15 +818,17 @@ func (b *browser) shot(dir, name, sel string) {
 
 // checkBadgesTellTheTruth feeds the page statuses of jobs in trouble the
 // service reports as such, and checks that no badge says "ok" then: a
-// group at max_group whose overhead stays far above its bound, a join
-// that evicts 45% of its tuples; and that a job whose feed reopened a
-// moment ago is not "no stats".
+// group at max_group whose overhead stays far above its bound (the
+// service's health says so; a status whose health says nothing is ok), a
+// join that evicts 45% of its tuples; and that a job whose feed reopened
+// a moment ago (on the server's clock) is not "no stats".
 func (b *browser) checkBadgesTellTheTruth() {
 	b.t.Helper()
 	b.do("defining troubled jobs", chromedp.Evaluate[chromedp.Void](`window.feedTroubled = () => {
 		const group = {mode: "auto", size: 1024, overhead: 0.48, total_overhead: 0.5, low: 0.05, high: 0.1, groups: 900};
 		window.troubled = [
-			{name: "coord-probe", kind: "heavy_hitters", spec: {sync: {max_group: 1024}}, rates: {}, latency: {}, group},
+			{name: "coord-probe", kind: "heavy_hitters", spec: {sync: {max_group: 1024}}, rates: {}, latency: {}, group, health: {status: "warn", reasons: [{code: "coordination",
+				text: "coordination 48% > 10%", why: "coordination 48% > 10% (the last group's) at max group 1024: the job's batches are tiny; raise sync.max_group or send bigger requests"}]}},
 			{name: "grow-probe", kind: "heavy_hitters", spec: {sync: {max_group: 1024}}, rates: {}, latency: {}, group: {...group, size: 64}},
 			{name: "evict-probe", kind: "join", rates: {}, latency: {}, partitions: [{}, {}, {}, {}], join: {
 				seen: 10000, evicted: 4500, matches: 100, state_bytes: 430, max_state_bytes: 1000, match_rate: 3,
@@ -824,16 +845,17 @@ func (b *browser) checkBadgesTellTheTruth() {
 		const badge = n => sec(n).querySelector(".health").textContent + " | " + sec(n).querySelector(".health").title;
 		const f = (n, k) => sec(n).querySelector('[data-f="' + k + '"]').textContent;
 		// A job whose last stats are old, on a feed that reopened a second ago.
-		const ev = jobs.get("evict-probe"), keep = [ev.statsAt, feedOpenedAt];
-		ev.statsAt = Date.now() - 60000;
-		feedOpenedAt = Date.now() - 1000;
+		// Both on the server's clock.
+		const ev = jobs.get("evict-probe"), keep = [ev.statsAt, ev.polledAt, feedOpenedServer];
+		ev.statsAt = serverClock - 60000;
+		feedOpenedServer = serverClock - 1000;
 		ev.health();
 		const afterReconnect = badge("evict-probe");
-		feedOpenedAt = Date.now() - 60000;
-		ev.polledAt = Date.now();
+		feedOpenedServer = serverClock - 60000;
+		ev.polledAt = serverClock;
 		ev.health();
 		const feedLate = badge("evict-probe");
-		[ev.statsAt, feedOpenedAt] = keep;
+		[ev.statsAt, ev.polledAt, feedOpenedServer] = keep;
 		ev.health();
 		const out = {
 			coord: badge("coord-probe"), coordNote: f("coord-probe", "group_note"), grow: badge("grow-probe"),
@@ -850,7 +872,7 @@ func (b *browser) checkBadgesTellTheTruth() {
 	}
 	b.do("removing the troubled jobs", chromedp.Evaluate[chromedp.Void](`troubled.forEach(st => removeJob(st.name))`))
 	for k, want := range map[string]string{
-		"coord":          "coordination 48% > 10% | coordination 48% > 10% at max group 1,024: the job's batches are tiny; raise sync.max_group or send bigger requests",
+		"coord":          "coordination 48% > 10% | coordination 48% > 10% (the last group's) at max group 1024: the job's batches are tiny; raise sync.max_group or send bigger requests",
 		"coordNote":      "raise sync.max_group",
 		"grow":           "ok |",
 		"evict":          "evicts 45% | 4,500 of 10,000 tuples seen were evicted",
@@ -858,7 +880,7 @@ func (b *browser) checkBadgesTellTheTruth() {
 		"high":           "190 (with evicted),9.5 (with evicted)",
 		"stateNote":      "split over 4 partitions",
 		"afterReconnect": "evicts 45%",
-		"feedLate":       "stats late | no stats message for 60 s on the feed",
+		"feedLate":       "stats late | no stats message for 60 s of the service's time on the feed",
 	} {
 		if got := fmt.Sprint(got[k]); !strings.Contains(got, want) {
 			b.fatalf("badges: %s = %q, want it to say %q (all: %v)", k, got, want, got)

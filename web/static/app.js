@@ -6,10 +6,13 @@
 // predictions and join matches with short-lived subscriptions instead of
 // taking every one. Reconnects by itself and says so. A service with
 // tokens answers 401: the page then asks for a read token, keeps it in
-// localStorage, and sends it as "Authorization: Bearer" on fetches and as
-// the WebSocket subprotocol "bearer.<token>" (next to "mlstream"), since
-// a browser cannot set headers on a WebSocket. A cluster node's Cluster
-// panel is cluster.js's.
+// sessionStorage (this tab, until it closes), refuses an admin token (GET
+// /v1/whoami names a token's scopes), and sends it as "Authorization:
+// Bearer" on fetches and as the WebSocket subprotocol "bearer.<token>"
+// (next to "mlstream"), since a browser cannot set headers on a WebSocket.
+// Whether a job's stats are late is judged on the server's clock (the
+// stats' sample times, the Date of polls), never the browser's. A
+// cluster node's Cluster panel is cluster.js's.
 "use strict";
 
 const HISTORY = 600;        // chart points per series: ten minutes of stats
@@ -21,7 +24,7 @@ const BACKOFF_MAX = 2000;   // ms between reconnection attempts, at most
 const SILENCE = 10000;      // ms without a message before the feed is deemed dead
 const KEEP = 20;            // recoveries listed per job
 const BACKUPS = 5;          // last backups listed per job
-const TOKEN_KEY = "mlstream.token"; // localStorage key of the read token
+const TOKEN_KEY = "mlstream.token"; // sessionStorage key of the read token
 const TOP_FEATURES = 10;    // rows of a model's top features
 const TOP_EVERY = 5000;     // ms between fetches of a model's top features, at least
 
@@ -32,7 +35,11 @@ let retryMs = 250;
 let lostAt = 0;          // when the feed went down (0: up)
 let reconnectedAt = 0;   // the last reconnection, for the banner
 let lastMsgAt = 0;
-let feedOpenedAt = 0;    // when the feed last opened
+// The server's clock, in ms: the newest sample time of a stats message or
+// Date of a poll. feedOpenedServer is its reading at the first message
+// after the feed (re)opened (0 until then).
+let serverClock = 0;
+let feedOpenedServer = 0;
 let feed = null;
 const restarted = new Set(); // jobs whose recovery the banner reports
 
@@ -106,7 +113,7 @@ const AXIS_FONT = "12px system-ui, sans-serif";
 // Tick steps of the time axis, in seconds: whole seconds and minutes, so
 // ticks read as clock times and never as milliseconds.
 const TIME_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
-const MIN_SPAN_S = 60; // the time axis spans at least a minute
+const MIN_SPAN_S = 10; // the time axis spans at least this, from the first point on
 // Tick steps of bytes: powers of two, so ticks read 16 KiB, not 19.5 KiB.
 const BYTE_INCRS = Array.from({ length: 51 }, (_, i) => 2 ** i);
 // Tick steps of counts: whole numbers only.
@@ -230,13 +237,15 @@ class Chart {
       label: "local time", labelSize: 16, labelFont: AXIS_FONT, font: AXIS_FONT, stroke: "#6b7280", grid: { stroke: "#eef0f3" },
       incrs: TIME_INCRS, space: 70, values: (u, vs, ai, space, incr) => vs.map(v => incr >= 60 ? hhmm(v) : hhmmss(v)),
     }];
-    // The time axis spans the data, at least MIN_SPAN_S: from the data,
-    // since uPlot widens a single point to a day on either side.
+    // The time axis starts at the first point (a new job's chart does not
+    // open on empty minutes) and spans at least MIN_SPAN_S to the right:
+    // from the data, since uPlot widens a single point to a day on either
+    // side. The points' times are the server's.
     const xs = this.data[0];
     const scales = { x: { time: true, range: () => {
-      const hi = xs.length ? xs[xs.length - 1] : Date.now() / 1000;
+      const lo = xs.length ? xs[0] : Math.floor(serverClock / 1000), hi = xs.length ? xs[xs.length - 1] : lo;
       // A second to the right: the newest point is not cut in half.
-      return [Math.min(xs.length ? xs[0] : hi, hi - MIN_SPAN_S), hi + 1];
+      return [lo, Math.max(hi + 1, lo + MIN_SPAN_S)];
     } } };
     names.forEach((sc, i) => {
       const conf = this.scales[sc] || {};
@@ -285,7 +294,7 @@ const knownKinds = new Set(["logreg", "heavy_hitters", "distinct", "join"]);
 // The engine's fields of a job status; the others are the kind's section.
 const statusFields = new Set(["name", "kind", "input", "streams", "spec", "created", "accepted", "processed", "rates",
   "queue_depth", "queue_capacity", "latency", "partitions", "memory_estimate_bytes", "ft", "group", "shed",
-  "held_back", "held_back_total", "held_back_ms", "elastic"]);
+  "held_back", "held_back_total", "held_back_ms", "elastic", "health"]);
 const metricsCounts = { rejected: new Map(), shed: new Map() }; // from /metrics
 
 class JobView {
@@ -308,8 +317,8 @@ class JobView {
     this.recoveries = new Map(); // at -> report
     this.backups = [];
     this.status = null;
-    this.statsAt = 0;  // the last stats message
-    this.polledAt = 0; // the last poll of /v1/jobs that listed the job
+    this.statsAt = 0;  // the server's time of the last stats message
+    this.polledAt = 0; // the server's time of the last poll of /v1/jobs that listed the job
     this.sampleBroken = {}; // type -> true when the feed refused it
     this.matchesSampled = false;
   }
@@ -466,7 +475,7 @@ class JobView {
       set(e, "group_total", pct(g.total_overhead));
       set(e, "group_bounds", isNum(g.low) && isNum(g.high) ? `[${pct(g.low)}, ${pct(g.high)}]` : "–");
       set(e, "group_groups", isNum(g.groups) ? `(${int(g.groups)} groups measured)` : "");
-      const trouble = coordinationTrouble(s);
+      const trouble = healthReasons(s).find(r => r.code === "coordination");
       set(e, "group_note", trouble ? trouble.why : "");
       const state = x => !isNum(x) || !isNum(g.low) || !isNum(g.high) ? "" : x > g.high ? "high" : x < g.low ? "low" : "in";
       const why = { high: "above the bounds: an auto group grows", low: "below the bounds: an auto group shrinks (down to 1)", in: "within the bounds", "": "" };
@@ -916,8 +925,10 @@ function healthOf(j, live) {
   if (fill > 0.5) return { level: "warn", text: "queue " + Math.round(100 * fill) + "% full", why: "the partition queues are over half full" };
   const r = s.rates || {};
   if (r.accepted_per_s > 100 && r.processed_per_s < 0.8 * r.accepted_per_s) return { level: "warn", text: "behind", why: "processing is slower than input" };
-  const coord = coordinationTrouble(s);
-  if (coord) return { level: "warn", text: coord.text, why: coord.why };
+  // What the service judged (coordination past its bound, partitions
+  // without an owner): every reason in the tooltip.
+  const rs = healthReasons(s);
+  if (rs.length) return { level: "warn", text: rs.map(r => r.text).join("; "), why: rs.map(r => r.why || r.text).join("\n") };
   const ev = s.join ? evictedShare(s.join) : { share: 0 };
   if (ev.share > EVICT_WARN) {
     return { level: "warn", text: `evicts ${pct(ev.share)}`, why: `${int(ev.evicted)} of ${int(s.join.seen)} tuples seen were evicted for max_state before their windows closed: the estimates are low; raise params.max_state or shorten params.within` };
@@ -929,32 +940,34 @@ function healthOf(j, live) {
 // every second) while the feed is up, before its badge says so.
 const STATS_LATE = 5000;
 
-// statsLate says whether a job's stats stopped: counted from its last
-// stats message or the feed's (re)opening, whichever is later, so a
-// reconnection does not flash every job red. A job the poll of /v1/jobs
-// still lists is late on the feed, not stalled.
+// statsLate says whether a job's stats stopped, on the server's clock:
+// the browser's may run ahead (a throttled tab, a headless capture with
+// virtual time) or behind. Counted from the job's last stats message or
+// the feed's (re)opening, whichever is later, so a reconnection does not
+// flash every job red. A job the poll of /v1/jobs still lists is late on
+// the feed, not stalled.
 function statsLate(j) {
-  const now = Date.now(), since = Math.max(j.statsAt, feedOpenedAt);
-  if (!j.statsAt || now - since <= STATS_LATE) return null;
-  const ago = `no stats message for ${Math.round((now - since) / 1000)} s`;
-  if (now - j.polledAt <= 2 * POLL_EVERY) return { level: "warn", text: "stats late", why: ago + " on the feed; GET /v1/jobs still reports the job" };
+  if (!j.statsAt || !feedOpenedServer) return null;
+  const since = Math.max(j.statsAt, feedOpenedServer);
+  if (serverClock - since <= STATS_LATE) return null;
+  const ago = `no stats message for ${Math.round((serverClock - since) / 1000)} s of the service's time`;
+  if (serverClock - j.polledAt <= 2 * POLL_EVERY) return { level: "warn", text: "stats late", why: ago + " on the feed; GET /v1/jobs still reports the job" };
   return { level: "bad", text: "no stats", why: ago };
 }
 
-// coordinationTrouble says why a job's coordination overhead stays above
-// its bound when the controller cannot lower it: an auto group already at
-// sync.max_group, or a fixed group. null while within the bound, or while
-// an auto group can still grow.
-function coordinationTrouble(s) {
-  const g = s.group && typeof s.group === "object" ? s.group : null;
-  if (!g || !isNum(g.overhead) || !isNum(g.high) || g.overhead <= g.high) return null;
-  const sync = (s.spec || {}).sync || {};
-  const max = isNum(sync.max_group) && sync.max_group > 0 ? sync.max_group : 1024;
-  const head = `coordination ${pct(g.overhead)} > ${pct(g.high)}`;
-  if (g.mode === "fixed") return { text: head, why: `${head} at the fixed group size ${sig(g.size)}: raise sync.every or set it to "auto"` };
-  const atMax = isNum(g.size) && g.size >= 0.95 * max;
-  if (!atMax) return null;
-  return { text: head, why: `${head} at max group ${int(max)}: the job's batches are tiny; raise sync.max_group or send bigger requests` };
+// heard moves the server's clock on to t (ms), a time the server sent
+// (a message may carry an older one: a recovery told to a new subscriber).
+function heard(t) {
+  if (!isNum(t)) return;
+  serverClock = Math.max(serverClock, t);
+  if (connected && !feedOpenedServer) feedOpenedServer = serverClock;
+}
+
+// healthReasons are the problems the service found in a job (its status's
+// health): [] when ok or unsaid.
+function healthReasons(s) {
+  const h = s && s.health;
+  return h && h.status !== "ok" && Array.isArray(h.reasons) ? h.reasons.filter(r => r && r.text) : [];
 }
 
 function jobView(name, kind) {
@@ -1013,7 +1026,15 @@ function removeJob(name) {
 
 // ---- the token ----
 
-let token = (() => { try { return localStorage.getItem(TOKEN_KEY) || ""; } catch (e) { return ""; } })();
+// The token lives in sessionStorage: this tab keeps it across reloads and
+// forgets it when closed. An older page kept it in localStorage, for
+// ever: that copy is removed.
+let token = (() => {
+  try {
+    localStorage.removeItem(TOKEN_KEY);
+    return sessionStorage.getItem(TOKEN_KEY) || "";
+  } catch (e) { return ""; }
+})();
 let authWait = false;    // the service refused us: wait for a token
 
 // apiFetch GETs a path with the token; a 401 or 403 asks for a token and
@@ -1032,14 +1053,18 @@ function openWS(query) {
   return token ? new WebSocket(wsURL(query), ["mlstream", "bearer." + token]) : new WebSocket(wsURL(query));
 }
 
-// askToken shows the token form, says why, and stops the feed until a
-// token comes.
+// askToken shows the token form, says why (status: 401, 403 or "admin",
+// an admin token the page refused), and stops the feed until a token
+// comes.
 function askToken(status, msg) {
   authWait = true;
   const f = document.getElementById("auth");
-  $(f, ".msg").textContent = status === 403
-    ? "The saved token may not read this service (" + msg + "). Enter a token with the read scope."
-    : token ? "The service refused the saved token. Enter another one." : "This service needs a token with the read scope.";
+  $(f, ".msg").textContent = status === "admin"
+    ? "That is an admin token: the dashboard refuses it, since any script on the page could read it and change or delete jobs with it. Enter a token with the read scope."
+    : status === 403
+      ? "The saved token may not read this service (" + msg + "). Enter a token with the read scope."
+      : token ? "The service refused the saved token. Enter another one." : "This service needs a token with the read scope.";
+  jobsNote("auth");
   $(f, ".forget").hidden = !token;
   if (f.hidden) {
     f.hidden = false;
@@ -1060,18 +1085,50 @@ function retry() {
 
 function saveToken(t) {
   token = t;
-  try { if (t) localStorage.setItem(TOKEN_KEY, t); else localStorage.removeItem(TOKEN_KEY); } catch (e) { /* private mode: this page only */ }
+  try { if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* storage off: this page only */ }
 }
 
-document.getElementById("auth").addEventListener("submit", ev => {
+document.getElementById("auth").addEventListener("submit", async ev => {
   ev.preventDefault();
   const input = $(ev.target, "input");
   const t = input.value.trim();
   if (!t) return;
   input.value = "";
+  const scopes = await tokenScopes(t);
+  if (scopes && scopes.includes("admin")) {
+    askToken("admin", "");
+    return;
+  }
   saveToken(t);
   retry();
 });
+
+// tokenScopes asks the service what token t may do (GET /v1/whoami): its
+// scopes, or null when it does not say (a token it refuses is then
+// refused by the next request, and the form says so).
+async function tokenScopes(t) {
+  try {
+    const r = await fetch("/v1/whoami", { headers: { Authorization: "Bearer " + t } });
+    if (!r.ok) return null;
+    const b = await r.json();
+    return Array.isArray(b.scopes) ? b.scopes : null;
+  } catch (e) { return null; }
+}
+
+// jobsNote says why the job list is empty (shown only while it is):
+// loading, a token needed, the service out of reach, or no jobs.
+function jobsNote(why) {
+  const p = document.querySelector("#overview .empty");
+  const texts = {
+    loading: ["Loading the jobs…"],
+    auth: ["The jobs are hidden until a token with the read scope is entered above: this service needs one."],
+    down: ["Cannot reach the service: its jobs show once it answers."],
+    none: ["No jobs yet. Declare one with ", el("code", "", "PUT /v1/jobs/{name}"), "."],
+  };
+  if (p.dataset.why === why) return;
+  p.dataset.why = why;
+  p.replaceChildren(...texts[why]);
+}
 $(document, "#auth .forget").addEventListener("click", () => {
   saveToken("");
   retry();
@@ -1082,7 +1139,11 @@ $(document, "#auth .forget").addEventListener("click", () => {
 async function pollJobs() {
   const r = await apiFetch("/v1/jobs");
   if (!r.ok) return;
+  // The Date of the answer: the server's clock, to the second.
+  const at = Date.parse(r.headers.get("Date") || "");
+  heard(at);
   const data = await r.json();
+  jobsNote("none");
   const list = data.jobs || [];
   const names = new Set(list.map(s => s.name));
   for (const name of [...jobs.keys()]) if (!names.has(name)) removeJob(name);
@@ -1090,7 +1151,7 @@ async function pollJobs() {
   let prev = null;
   for (const s of list) {
     const j = jobView(s.name, s.kind);
-    j.polledAt = Date.now();
+    j.polledAt = isNum(at) ? at : serverClock;
     // Once per job, and only for jobs the service lists.
     if (!j.historyAsked) {
       j.historyAsked = true;
@@ -1102,7 +1163,7 @@ async function pollJobs() {
     placeAfter(ul, j.item, prev && prev.item);
     placeAfter(box, j.el, prev && prev.el);
     prev = j;
-    if (!j.statsAt) j.update(s, Date.now(), false);
+    if (!j.statsAt) j.update(s, serverClock, false);
   }
 }
 
@@ -1245,6 +1306,7 @@ function reconnectText() {
 
 function onMessage(m) {
   if (typeof m.job !== "string") return;
+  heard(m.ts);
   if (m.type === "failover") {
     clusterFailover(m);
     return;
@@ -1252,8 +1314,8 @@ function onMessage(m) {
   const j = jobView(m.job, m.stats && m.stats.kind);
   switch (m.type) {
   case "stats":
-    j.statsAt = Date.now();
-    j.update(m.stats || {}, m.ts || Date.now(), true);
+    j.statsAt = isNum(m.ts) ? m.ts : serverClock;
+    j.update(m.stats || {}, isNum(m.ts) ? m.ts : Date.now(), true);
     set(j.el, "dropped", int(m.dropped));
     break;
   case "recovery":
@@ -1293,7 +1355,7 @@ function connect() {
   ws.onopen = () => {
     opened = true;
     connected = true;
-    feedOpenedAt = Date.now();
+    feedOpenedServer = 0; // set by the first message
     retryMs = 250;
     lastMsgAt = Date.now();
     setConn("live", "live");
@@ -1323,6 +1385,7 @@ function connect() {
     }
     connected = false;
     if (authWait) return;
+    if (!everConnected && !jobs.size) jobsNote("down");
     setConn("reconnecting", (everConnected ? "offline since " + clock(lostAt) : "cannot reach the service") + ", reconnecting…");
     for (const j of jobs.values()) j.health();
     setTimeout(connect, retryMs);
