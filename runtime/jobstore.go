@@ -67,21 +67,27 @@ func (e *Engine) record(spec Spec, incarnation string) error {
 }
 
 // claimData makes the job's data the incarnation's before the job opens
-// it (ft.JobStorage.Claim): data of another incarnation (a job deleted, or
-// whose deletion a crash interrupted, or replaced by the config file) is
-// removed. Data without an incarnation is from before incarnations
-// existed: the config file's jobs keep it, other jobs remove it.
-func (e *Engine) claimData(name, incarnation string) error {
+// it (ft.JobStorage.Claim). Nothing is deleted: data of another
+// incarnation (a job deleted, or whose deletion a crash interrupted, or
+// replaced by the config file, or whose record was damaged) goes to the
+// quarantine, and so does data whose owner nothing tells (its incarnation
+// file damaged and no intact backup naming the job's incarnation). Data
+// without an incarnation is from before incarnations existed: the config
+// file's jobs keep it. What it did goes in the job's recovery report.
+func (e *Engine) claimData(name, incarnation string) (ft.Claimed, error) {
 	js, err := e.cfg.Storage.Job(name)
 	if err != nil {
-		return err
+		return ft.Claimed{}, err
 	}
-	previous, removed, err := js.Claim(incarnation, incarnation == fileIncarnation)
-	if removed {
-		e.log.Warn("removed the data of an earlier job of the same name", "job", name,
-			"its_incarnation", previous, "incarnation", incarnation)
+	c, err := js.Claim(incarnation, incarnation == fileIncarnation)
+	if c.Repaired != "" {
+		e.log.Warn("damaged job metadata rebuilt", "job", name, "incarnation", incarnation, "repaired", c.Repaired)
 	}
-	return err
+	if c.Quarantined != "" {
+		e.log.Warn("the data found under the job's name was moved to the quarantine, not used: restore it from there if it is this job's",
+			"job", name, "incarnation", incarnation, "quarantine", c.Quarantined, "why", c.Why)
+	}
+	return c, err
 }
 
 // removeData removes everything the storage holds of a deleted job.
