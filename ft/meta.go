@@ -38,6 +38,9 @@ const (
 	CleanMarker = "clean"
 	// RecoveryHistory holds the job's last recovery reports.
 	RecoveryHistory = "recoveries.json"
+	// JobRecordCopy is a copy of the job's record (JobRecord, as JSON),
+	// beside its data: a damaged record is rebuilt from it.
+	JobRecordCopy = "record"
 )
 
 const (

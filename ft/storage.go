@@ -113,9 +113,10 @@ var (
 )
 
 // IncarnationFile is the name of the file in a job's directory that says
-// which incarnation of the job the data belongs to: a metadata file
-// (WriteJobFile's checksummed format), or, as earlier versions wrote it and
-// an operator may, plain text, one line.
+// which incarnation of the job the data belongs to: plain text, one line
+// (as earlier versions read it). Text that is not an incarnation is
+// damage; every backup names its incarnation too, which Claim checks the
+// file against.
 const IncarnationFile = "incarnation"
 
 // QuarantineDir, under the root, holds what the service will neither use
@@ -222,16 +223,14 @@ type jobDir struct {
 func (j *jobDir) key(partition int) Key { return Key{Job: j.name, Partition: partition} }
 
 func (j *jobDir) Claim(incarnation string, keepUnmarked bool) (c Claimed, err error) {
-	owner, legacy, ferr := j.readIncarnation()
+	owner, _, ferr := j.readIncarnation()
 	if ferr != nil && !errors.Is(ferr, fs.ErrNotExist) && !errors.Is(ferr, ErrCorrupt) {
 		return c, fmt.Errorf("ft: reading the incarnation of the data of %s: %w", j.name, ferr)
 	}
 	c.Previous = owner
 	switch {
 	case ferr == nil && owner == incarnation:
-		if !legacy {
-			return c, nil
-		}
+		return c, nil
 	case !j.holdsData():
 		// Nothing anyone could lose (no directory, or empty files only):
 		// cleared, as the job starts afresh.
@@ -240,6 +239,9 @@ func (j *jobDir) Claim(incarnation string, keepUnmarked bool) (c Claimed, err er
 				return c, err
 			}
 		}
+	case ferr == nil && j.backupOwners()[incarnation]:
+		// The file is plain text: an overwrite may read as another's.
+		c.Repaired = fmt.Sprintf("the incarnation file names %s, the job's intact backups %s: rewritten", owner, incarnation)
 	case ferr == nil:
 		c.Why = fmt.Sprintf("the data is incarnation %s's, the job is incarnation %s", owner, incarnation)
 	default:
@@ -250,14 +252,20 @@ func (j *jobDir) Claim(incarnation string, keepUnmarked bool) (c Claimed, err er
 			return c, fmt.Errorf("ft: moving the data of %s aside (%s): %w", j.name, c.Why, err)
 		}
 	}
-	if err := WriteJobFile(j.d.root, j.name, IncarnationFile, []byte(incarnation), true); err != nil {
+	// Plain text, as earlier versions read it: one that finds another
+	// format would take the data for another incarnation's and remove it.
+	if err := os.MkdirAll(j.dir, 0o755); err != nil {
+		return c, fmt.Errorf("ft: %w", err)
+	}
+	if err := WriteFileAtomic(filepath.Join(j.dir, IncarnationFile), []byte(incarnation+"\n")); err != nil {
 		return c, fmt.Errorf("ft: writing the incarnation of %s: %w", j.name, err)
 	}
 	return c, nil
 }
 
 // readIncarnation reads the incarnation file: fs.ErrNotExist when there
-// is none, a *CorruptError when it is damaged or holds no incarnation.
+// is none, a *CorruptError when it is damaged or holds no incarnation (a
+// checksummed file is read too).
 func (j *jobDir) readIncarnation() (owner string, legacy bool, err error) {
 	data, legacy, err := ReadJobFile(j.d.root, j.name, IncarnationFile)
 	if err != nil {

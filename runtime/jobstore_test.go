@@ -269,17 +269,34 @@ func TestEveryFileDamagedIsQuarantined(t *testing.T) {
 	}
 }
 
-// A damaged job record, then a PUT of the same spec: the new job is a new
-// incarnation and does not recover the old data, but the old data is
-// moved aside, not deleted (today: removed), and an operator restores it
-// as docs/fault-tolerance.md says: the folder moved back, with the job's
-// incarnation written in its incarnation file.
+// A damaged job record is rebuilt from its copy beside the job's data:
+// the job is restored with its data, and the record is whole again
+// (today: the job was not restored, and a PUT of it deleted its data).
+func TestDamagedRecordIsRebuilt(t *testing.T) {
+	dir := t.TempDir()
+	e, _ := recordingEngine(t, dir, nil)
+	counted(t, e, 40) // created at run time, recorded
+	overwriteFile(t, filepath.Join(dir, ".jobs", "hh.job"))
+	e, jobs := recordingEngine(t, dir, nil)
+	if got := topTotal(t, e); got != 40 {
+		t.Fatalf("hh restored with %d events, want 40", got)
+	}
+	if recs, damaged, err := jobs.Load(); err != nil || len(recs) != 1 || len(damaged) != 0 {
+		t.Fatalf("records %+v, damaged %v, %v", recs, damaged, err)
+	}
+}
+
+// A damaged job record and its copy, then a PUT of the same spec: the new
+// job is a new incarnation and does not recover the old data, but the old
+// data is moved aside, not deleted (today: removed), and an operator
+// restores it as docs/fault-tolerance.md says: the folder moved back, with
+// the job's incarnation written in its incarnation file.
 func TestDamagedRecordThenPutKeepsTheOldData(t *testing.T) {
 	dir := t.TempDir()
 	e, _ := recordingEngine(t, dir, nil)
 	counted(t, e, 40) // created at run time, recorded
-	record := filepath.Join(dir, ".jobs", "hh.job")
-	overwriteFile(t, record)
+	overwriteFile(t, filepath.Join(dir, ".jobs", "hh.job"))
+	overwriteFile(t, filepath.Join(dir, "hh", ft.JobRecordCopy))
 	e, jobs := recordingEngine(t, dir, nil)
 	if _, err := e.Job("hh"); err == nil {
 		t.Fatal("hh restored from a damaged record")
