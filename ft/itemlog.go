@@ -204,8 +204,9 @@ func OpenItemLog(dir string, key Key) (*ItemLog, error) {
 
 // OpenItemLogConfig opens (creating it if needed) the item log of key under
 // dir. It reads the newest segments to find LastSeq; a segment that holds
-// no intact record at all and is the newest is deleted (it can only be the
-// remains of a crash while its first record was written).
+// no intact record at all and is the newest is deleted when it is what a
+// crash while its first record was written leaves (a torn first record),
+// and kept as damage otherwise.
 func OpenItemLogConfig(dir string, key Key, cfg ItemLogConfig) (*ItemLog, error) {
 	if err := key.validate(); err != nil {
 		return nil, err
@@ -292,12 +293,42 @@ func (l *ItemLog) openSegments(key Key) error {
 			l.lastSeq = last
 			break
 		}
+		if !l.tornFirstRecord(path, l.segs[i]) {
+			// Damage, not a crash's remains: kept (replay reports it), and
+			// appends go on above what its name says it held.
+			l.lastSeq = l.segs[i].first
+			break
+		}
 		if err := os.Remove(path); err != nil {
 			return fmt.Errorf("ft: open item log %s: %w", key, err)
 		}
 		l.segs = l.segs[:i]
 	}
 	return nil
+}
+
+// tornFirstRecord says whether the segment s at path, which holds no
+// intact record, is what a crash while its first record was written
+// leaves: less than a record header, or a header of the segment's first
+// record (a frame's seq is its last event's, which no segment puts 2^32
+// past its first) whose record, of at most MaxPayload bytes, runs past
+// the end of the file.
+func (l *ItemLog) tornFirstRecord(path string, s segment) bool {
+	if s.size < recordHeaderLen {
+		return true
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var hdr [recordHeaderLen]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+		return false
+	}
+	h := parseRecordHeader(hdr[:])
+	size := int64(h.n &^ frameFlag)
+	return h.seq >= s.first && h.seq-s.first <= 1<<32 && size <= int64(l.cfg.MaxPayload) && size > s.size-recordHeaderLen
 }
 
 func (l *ItemLog) path(first uint64) string { return filepath.Join(l.dir, segName(first)) }
@@ -780,13 +811,18 @@ func (l *ItemLog) readRecord(r *bufio.Reader, hdr []byte, payload *[]byte, s seg
 // a frame's events) and decodes it; reason says what is wrong.
 func checkRecord(hdr, p []byte) (fr StoredFrame, reason string) {
 	h := parseRecordHeader(hdr)
-	if !h.check(hdr, p) {
-		return fr, "CRC mismatch"
-	}
 	if h.n&frameFlag == 0 {
-		return StoredFrame{First: h.seq, Last: h.seq, single: p}, ""
+		fr = StoredFrame{First: h.seq, Last: h.seq, single: p}
+	} else if fr, reason = parseFrame(h.seq, p); reason != "" {
+		// The structure before the checksum: resync tries every offset,
+		// and a walk of a few lengths rejects garbage sooner than the
+		// checksum of a long payload.
+		return StoredFrame{}, reason
 	}
-	return parseFrame(h.seq, p)
+	if !h.check(hdr, p) {
+		return StoredFrame{}, "CRC mismatch"
+	}
+	return fr, ""
 }
 
 // resync finds the next intact record after the damaged one at off: the
@@ -801,10 +837,13 @@ func (l *ItemLog) resync(file *os.File, s segment, off int64, prev uint64) (next
 	if _, err := file.ReadAt(b, off+1); err != nil && err != io.EOF {
 		return 0, false, err
 	}
+	low := max(prev+1, s.first)
 	for i := 0; i+recordHeaderLen <= len(b); i++ {
 		h := parseRecordHeader(b[i:])
 		size := int(h.n &^ frameFlag)
-		if size > l.cfg.MaxPayload || size > len(b)-i-recordHeaderLen || h.seq <= prev || h.seq < s.first {
+		// Cheap tests first. No segment skips 2^32 sequence numbers between
+		// records: a random seq passes that test once in 2^32 offsets.
+		if size > l.cfg.MaxPayload || size > len(b)-i-recordHeaderLen || h.seq < low || h.seq-low > 1<<32 {
 			continue
 		}
 		fr, reason := checkRecord(b[i:i+recordHeaderLen], b[i+recordHeaderLen:i+recordHeaderLen+size])
