@@ -140,8 +140,9 @@ func TestRunTimeJobsSurviveRestart(t *testing.T) {
 	n4.job("other")
 }
 
-// A record that does not pass its checksum is reported and skipped; the
-// engine starts with the others.
+// A record that does not pass its checksum is rebuilt from the copy beside
+// the job's data; with the copy damaged too, it is reported and skipped,
+// and the engine starts with the others.
 func TestDamagedJobRecordIsSkipped(t *testing.T) {
 	dir := t.TempDir()
 	log := &syncBuffer{}
@@ -149,21 +150,32 @@ func TestDamagedJobRecordIsSkipped(t *testing.T) {
 	n1.putJob("a", `{"kind":"distinct","input":"s","partitions":1,"params":{"field":"u"}}`)
 	n1.putJob("b", `{"kind":"distinct","input":"s","partitions":1,"params":{"field":"u"}}`)
 	n1.stop()
-	path := filepath.Join(dir, ".jobs", "a.job")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	damage := func(path string) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[len(data)-2] ^= 1
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	data[len(data)-2] ^= 1
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	damage(filepath.Join(dir, ".jobs", "a.job"))
 	n2 := startNode(t, dir, nil, log)
 	n2.job("b")
-	if _, err := n2.engine.Job("a"); err == nil {
+	n2.job("a")
+	if !strings.Contains(log.String(), "damaged job record rebuilt") || !strings.Contains(log.String(), "a.job: checksum mismatch") {
+		t.Fatalf("rebuild not reported; log:\n%s", log)
+	}
+	n2.stop()
+	damage(filepath.Join(dir, ".jobs", "a.job"))
+	damage(filepath.Join(dir, "a", ft.JobRecordCopy))
+	n3 := startNode(t, dir, nil, log)
+	n3.job("b")
+	if _, err := n3.engine.Job("a"); err == nil {
 		t.Fatal("a restored from a damaged record")
 	}
-	if !strings.Contains(log.String(), "damaged job record ignored") || !strings.Contains(log.String(), "a.job: checksum mismatch") {
+	if !strings.Contains(log.String(), "damaged job record ignored") {
 		t.Fatalf("damage not reported; log:\n%s", log)
 	}
 }

@@ -303,6 +303,7 @@ type position struct {
 	from     string // the node that wrote the state
 	at       time.Time
 	graceful bool
+	damaged  string // the latest backup did not decode, and what was restored instead
 }
 
 // takeOver fences the partition's state (or delta subject) with this
@@ -333,15 +334,20 @@ func (ps *partState) takeOver(ctx context.Context, r *ownerRun) (position, error
 	return pos, err
 }
 
-// fenceState takes the partition's state entry over and restores it.
+// fenceState takes the partition's state entry over and restores it. A
+// backup that does not decode, or does not apply, never blocks the
+// take-over: an older one, or nothing (the partition replays what its
+// stream retains), is restored instead, logged and named in the failover
+// message.
 func (ps *partState) fenceState(ctx context.Context, u *unitFT, token uint64) (position, error) {
 	h, state, rev, err := ps.st.n.store().fence(ctx, stateKey(ps.st.id, ps.p), token)
 	if err != nil {
 		return position{}, err
 	}
 	u.rev.Store(rev)
-	pos := position{rec: h.Rec, resume: h.Resume, skip: h.Skip, from: h.Node, at: h.Created, graceful: h.Released}
-	if state == nil {
+	pos := position{rec: h.Rec, resume: h.Resume, skip: h.Skip, from: h.Node, at: h.Created, graceful: h.Released, damaged: h.damaged}
+	backedUp := state != nil
+	if !backedUp {
 		// Nothing backed up yet: start from nothing, whatever this node's
 		// copy of the partition holds.
 		if u.zero == nil {
@@ -350,12 +356,27 @@ func (ps *partState) fenceState(ctx context.Context, u *unitFT, token uint64) (p
 		state, h.Seqs = u.zero, []uint64{0}
 		pos.rec, pos.resume, pos.skip = 0, 0, 0
 	}
-	var rerr error
-	err = ps.st.job.Do(ctx, ps.p, func() { rerr = u.install(h, state) })
+	rerr, err := ps.install(ctx, u, h, state)
+	if err == nil && rerr != nil && backedUp {
+		pos.damaged = fmt.Sprintf("the backup %s does not apply: %v; the state is rebuilt by replaying what the stream retains",
+			stateKey(ps.st.id, ps.p), rerr)
+		pos.rec, pos.resume, pos.skip = 0, 0, 0
+		rerr, err = ps.install(ctx, u, stateHeader{Seqs: []uint64{0}}, u.zero)
+	}
 	if err == nil {
 		err = rerr
 	}
+	if pos.damaged != "" {
+		ps.st.n.log.Error("damaged backup at take-over", append(ps.log(), "damage", pos.damaged)...)
+	}
 	return pos, err
+}
+
+// install restores state on the partition's goroutine: err when that
+// could not be done, rerr the restore's own error.
+func (ps *partState) install(ctx context.Context, u *unitFT, h stateHeader, state []byte) (rerr, err error) {
+	err = ps.st.job.Do(ctx, ps.p, func() { rerr = u.install(h, state) })
+	return rerr, err
 }
 
 // livePosition is where a partition without backups starts: the end of
@@ -613,7 +634,7 @@ func (ps *partState) announce(r *ownerRun, pos position, took time.Duration) {
 	n := ps.st.n
 	p := ps.p
 	f := runtime.Failover{Partition: &p, From: pos.from, To: n.cfg.Node, Token: r.token, Graceful: pos.graceful,
-		TookMs: took.Milliseconds(), ReplayFrom: pos.resume}
+		TookMs: took.Milliseconds(), ReplayFrom: pos.resume, Damaged: pos.damaged}
 	if !pos.at.IsZero() {
 		f.SinceLastWriteMs = time.Since(pos.at).Milliseconds()
 	}

@@ -45,6 +45,9 @@ type stateHeader struct {
 	Bytes      int      `json:"bytes"`
 	Object     string   `json:"object,omitempty"` // the state's object, when not inline
 	Empty      bool     `json:"empty,omitempty"`  // a take-over record: no state
+	// damaged, set by fence, says that the latest entry did not decode and
+	// what was restored instead.
+	damaged string
 }
 
 // inlineMax is the largest state kept in the KV entry itself.
@@ -103,6 +106,12 @@ func (s *stateStore) fence(ctx context.Context, key string, token uint64) (h sta
 			return h, nil, 0, err
 		}
 		h, state, err = s.n.stateOf(ctx, e.value)
+		if undecodable(e.value, err) {
+			// Retrying cannot help: an older backup, or nothing (the
+			// retained stream is replayed), and the take-over goes on.
+			h, state = s.olderState(ctx, key, e.rev, err)
+			err = nil
+		}
 		if err != nil {
 			return h, nil, 0, err
 		}
@@ -115,6 +124,7 @@ func (s *stateStore) fence(ctx context.Context, key string, token uint64) (h sta
 		// fences, it does not make this node the state's author.
 		nh := h
 		nh.Token, nh.Released = token, false
+		nh.Empty = nh.Empty || state == nil
 		// A retried Update whose first try was stored fails on the
 		// revision: the loop then finds its own mark and writes again.
 		err = natsnode.RetryEach(ctx, callWait, func(ctx context.Context) error {
@@ -127,6 +137,40 @@ func (s *stateStore) fence(ctx context.Context, key string, token uint64) (h sta
 		}
 		return h, state, rev, err
 	}
+}
+
+// undecodable says whether reading the state entry value failed with err
+// for good: the entry does not decode, or its state's object is gone.
+// Other errors (a call that failed) are worth a retry.
+func undecodable(value []byte, err error) bool {
+	if err == nil {
+		return false
+	}
+	_, _, derr := decodeState(value)
+	return derr != nil || errors.Is(err, jetstream.ErrObjectNotFound)
+}
+
+// olderState is what a take-over restores when key's latest entry, of
+// revision rev, does not decode (why): the newest older revision the
+// bucket keeps that does, or else nothing, and the partition's state is
+// rebuilt by replaying its retained stream from the start. h.damaged says
+// which.
+func (s *stateStore) olderState(ctx context.Context, key string, rev uint64, why error) (h stateHeader, state []byte) {
+	bad := fmt.Sprintf("the backup %s (revision %d) does not decode: %v", key, rev, why)
+	if hist, err := s.n.state.History(ctx, key); err == nil {
+		for i := len(hist) - 1; i >= 0; i-- {
+			en := hist[i]
+			if en.Revision() >= rev || en.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			if h, state, err := s.n.stateOf(ctx, en.Value()); err == nil && state != nil {
+				h.damaged = fmt.Sprintf("%s; restored the older backup of revision %d", bad, en.Revision())
+				return h, state
+			}
+		}
+	}
+	h.damaged = bad + "; no older backup does: the state is rebuilt by replaying what the stream retains"
+	return h, nil
 }
 
 // inlineOf is what a rewritten entry carries: the state itself when it

@@ -207,7 +207,7 @@ func backupParts(meta BackupMeta, data []byte) (head, tail []byte, err error) {
 
 // metaJSONRoom is about the most bytes a BackupMeta's JSON takes beside
 // its LastSeqs.
-const metaJSONRoom = 192
+const metaJSONRoom = 192 + 96
 
 // appendMetaJSON appends meta as encoding/json marshals it, byte for byte,
 // without its reflection: a backup is taken hundreds of times a minute, and
@@ -217,7 +217,8 @@ const metaJSONRoom = 192
 // which then decides.
 func appendMetaJSON(b []byte, m *BackupMeta) ([]byte, error) {
 	_, off := m.Created.Zone()
-	if math.IsInf(m.Divergence, 0) || math.IsNaN(m.Divergence) || m.Created.Year() < 0 || m.Created.Year() > 9999 || off%60 != 0 || off <= -24*3600 || off >= 24*3600 {
+	if math.IsInf(m.Divergence, 0) || math.IsNaN(m.Divergence) || m.Created.Year() < 0 || m.Created.Year() > 9999 || off%60 != 0 || off <= -24*3600 || off >= 24*3600 ||
+		!plainJSON(m.Incarnation) {
 		mj, err := json.Marshal(m)
 		return append(b, mj...), err
 	}
@@ -246,7 +247,24 @@ func appendMetaJSON(b []byte, m *BackupMeta) ([]byte, error) {
 	b = m.Created.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","durable":`...)
 	b = strconv.AppendBool(b, m.Durable)
+	if m.Incarnation != "" {
+		b = append(b, `,"incarnation":"`...)
+		b = append(b, m.Incarnation...)
+		b = append(b, '"')
+	}
 	return append(b, '}'), nil
+}
+
+// plainJSON says whether s is written as is inside a JSON string: letters,
+// digits, '-' and '_' (what incarnations are made of).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // appendJSONFloat appends a finite f as encoding/json writes a float64:

@@ -185,6 +185,9 @@ func TestMetaJSONIsEncodingJSON(t *testing.T) {
 		if i%len(floats) == 0 {
 			m.Divergence = r.NormFloat64() * math.Pow(10, float64(r.IntN(60)-30))
 		}
+		if r.IntN(2) == 0 {
+			m.Incarnation = []string{"config", "0123abcdef456789", "a\"b", "é"}[r.IntN(4)]
+		}
 		switch r.IntN(3) {
 		case 0: // nil: null
 		case 1:

@@ -26,25 +26,30 @@
 // per job, a subject per partition) must provide, per job (JobStorage):
 //
 //   - Claim: an owner tag (the incarnation) checked and set before the
-//     job opens anything, and the job's data removed when another owner's;
+//     job opens anything, rebuilt from the backups (which carry it) when
+//     damaged, and the job's data moved aside (never deleted) when
+//     another owner's or nobody's; Quarantine, copies of damaged files;
 //   - Backups: per unit, Put appending a full backup or a delta in order
 //     with increasing indices, Chain returning the newest intact full
 //     backup and its intact deltas (and the previous chain when the newest
 //     full one is damaged), Usage;
 //   - OpenItemLog: per partition, frames appended in sequence order, a
 //     flush that survives the process being killed, a commit that survives
-//     a power cut (mode exact waits for it before its 202), replay of
-//     every intact frame after a sequence number with a frame whole or not
-//     at all and damage reported as *ReplayDamage (TornTail when only the
-//     end is cut), truncation below a sequence number, LastSeq and Bytes;
+//     a power cut (mode exact waits for it before its 202) and the last
+//     sequence number a commit covered (Committed, kept across restarts),
+//     replay of every intact frame after a sequence number with a frame
+//     whole or not at all, damage passed over (the frames after it are
+//     replayed) and reported as *ReplayDamage (TornTail when only the end
+//     is cut), truncation below a sequence number, LastSeq and Bytes;
 //   - OpenSeqMark: per partition, one number rewritten at every request,
 //     cheaply (no fsync), that reads back as written or as damaged;
 //   - ReadMeta, WriteMeta, RemoveMeta: small named blobs replaced
 //     atomically, missing reads as fs.ErrNotExist;
 //   - Remove: everything of the job gone, durably.
 //
-// What it must not do is believe damaged data: every read is checked, and
-// damage is reported (as *CorruptError) rather than returned as data.
+// What it must not do is believe damaged data, or delete it: every read is
+// checked, damage is reported (as *CorruptError) rather than returned as
+// data, and what the service cannot use is moved or copied aside.
 package ft
 
 import (

@@ -3,6 +3,7 @@ package ft
 import (
 	"bufio"
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -76,8 +77,16 @@ type ReplayDamage struct {
 	Files []*CorruptError
 	// TornTail is set when the only damage is a record cut short at the
 	// end of the newest segment: what a crash during an append leaves.
-	// Those records were never made durable by a Commit that returned.
+	// Those records were never made durable by a Commit that returned,
+	// unless Committed says they were (a file cut short by other means).
 	TornTail bool
+	// Skipped are the sequence numbers (inclusive ranges, above the
+	// replay's after) the damaged records held: between the last intact
+	// record before the damage and the first after it.
+	Skipped [][2]uint64
+	// TailFrom, when not 0, is the first sequence number of damage that
+	// runs to the end of the log: how far it went is not known.
+	TailFrom uint64
 }
 
 func (d *ReplayDamage) Error() string {
@@ -143,6 +152,12 @@ type ItemLog struct {
 	err                        error    // sticky: after a failed write or fsync nothing more is accepted
 	closed                     bool
 	hook                       func(first, last uint64) error // SetAppendHook
+	// committed is the mark (<dir>/committed) of the last seq a Commit
+	// that returned made durable, committedSeq its value, and
+	// committedKnown whether it is known (an intact mark, or a new log).
+	committed      *SeqMark
+	committedSeq   uint64
+	committedKnown bool
 }
 
 // SetAppendHook is for tests: fn is called by every Append and AppendFrame
@@ -189,8 +204,9 @@ func OpenItemLog(dir string, key Key) (*ItemLog, error) {
 
 // OpenItemLogConfig opens (creating it if needed) the item log of key under
 // dir. It reads the newest segments to find LastSeq; a segment that holds
-// no intact record at all and is the newest is deleted (it can only be the
-// remains of a crash while its first record was written).
+// no intact record at all and is the newest is deleted when it is what a
+// crash while its first record was written leaves (a torn first record),
+// and kept as damage otherwise.
 func OpenItemLogConfig(dir string, key Key, cfg ItemLogConfig) (*ItemLog, error) {
 	if err := key.validate(); err != nil {
 		return nil, err
@@ -204,9 +220,53 @@ func OpenItemLogConfig(dir string, key Key, cfg ItemLogConfig) (*ItemLog, error)
 	}
 	l := &ItemLog{dir: kdir, cfg: cfg}
 	l.cond.L = &l.mu
+	if err := l.openSegments(key); err != nil {
+		return nil, err
+	}
+	if err := l.openCommitted(); err != nil {
+		return nil, fmt.Errorf("ft: open item log %s: %w", key, err)
+	}
+	return l, nil
+}
+
+// openCommitted opens the log's commit mark and reads it: it is known
+// when intact, or when the mark is new and so is the log.
+func (l *ItemLog) openCommitted() error {
+	m, created, err := openMark(filepath.Join(l.dir, committedMark))
+	if err != nil {
+		return err
+	}
+	l.committed = m
+	if created {
+		l.committedKnown = len(l.segs) == 0
+		return nil
+	}
+	l.committedSeq, err = m.Read()
+	l.committedKnown = err == nil
+	return nil
+}
+
+// committedMark names the file of an item log's commit mark.
+const committedMark = "committed"
+
+// Committed returns the last seq a Commit that returned had made durable,
+// across restarts: a record at or below it whose replay finds it missing
+// or damaged was acknowledged (mode exact answers after the Commit). The
+// mark is written in place after each Commit without an fsync of its
+// own, so it survives the process being killed; after a power cut it may
+// be behind, or damaged (known is then false).
+func (l *ItemLog) Committed() (seq uint64, known bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.committedSeq, l.committedKnown
+}
+
+// openSegments lists the log's segments and finds LastSeq.
+func (l *ItemLog) openSegments(key Key) error {
+	kdir := l.dir
 	entries, err := os.ReadDir(kdir)
 	if err != nil {
-		return nil, fmt.Errorf("ft: open item log %s: %w", key, err)
+		return fmt.Errorf("ft: open item log %s: %w", key, err)
 	}
 	for _, e := range entries {
 		first, ok := parseSegName(e.Name())
@@ -215,7 +275,7 @@ func OpenItemLogConfig(dir string, key Key, cfg ItemLogConfig) (*ItemLog, error)
 		}
 		info, err := e.Info()
 		if err != nil {
-			return nil, fmt.Errorf("ft: open item log %s: %w", key, err)
+			return fmt.Errorf("ft: open item log %s: %w", key, err)
 		}
 		l.segs = append(l.segs, segment{first: first, size: info.Size()})
 	}
@@ -226,19 +286,49 @@ func OpenItemLogConfig(dir string, key Key, cfg ItemLogConfig) (*ItemLog, error)
 		path := l.path(l.segs[i].first)
 		last, n, err := l.scan(path, l.segs[i], 0, nil)
 		if err != nil && !errors.Is(err, ErrCorrupt) {
-			return nil, fmt.Errorf("ft: open item log %s: %w", key, err)
+			return fmt.Errorf("ft: open item log %s: %w", key, err)
 		}
 		if n > 0 {
 			l.segs[i].last = last
 			l.lastSeq = last
 			break
 		}
+		if !l.tornFirstRecord(path, l.segs[i]) {
+			// Damage, not a crash's remains: kept (replay reports it), and
+			// appends go on above what its name says it held.
+			l.lastSeq = l.segs[i].first
+			break
+		}
 		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("ft: open item log %s: %w", key, err)
+			return fmt.Errorf("ft: open item log %s: %w", key, err)
 		}
 		l.segs = l.segs[:i]
 	}
-	return l, nil
+	return nil
+}
+
+// tornFirstRecord says whether the segment s at path, which holds no
+// intact record, is what a crash while its first record was written
+// leaves: less than a record header, or a header of the segment's first
+// record (a frame's seq is its last event's, which no segment puts 2^32
+// past its first) whose record, of at most MaxPayload bytes, runs past
+// the end of the file.
+func (l *ItemLog) tornFirstRecord(path string, s segment) bool {
+	if s.size < recordHeaderLen {
+		return true
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var hdr [recordHeaderLen]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+		return false
+	}
+	h := parseRecordHeader(hdr[:])
+	size := int64(h.n &^ frameFlag)
+	return h.seq >= s.first && h.seq-s.first <= 1<<32 && size <= int64(l.cfg.MaxPayload) && size > s.size-recordHeaderLen
 }
 
 func (l *ItemLog) path(first uint64) string { return filepath.Join(l.dir, segName(first)) }
@@ -400,7 +490,7 @@ func (l *ItemLog) Commit() error {
 			return err
 		}
 		l.syncing = true
-		pos, f, paths, dirty := l.written, l.f, l.unsynced, l.dirDirty
+		pos, seq, f, paths, dirty := l.written, l.lastSeq, l.f, l.unsynced, l.dirDirty
 		l.unsynced, l.dirDirty = nil, false
 		if f != nil {
 			// The active segment last: a roll during the sync closes f.
@@ -415,10 +505,24 @@ func (l *ItemLog) Commit() error {
 			l.fail(err)
 		} else {
 			l.durable = max(l.durable, pos)
+			l.markCommitted(seq)
 		}
 		l.cond.Broadcast()
 	}
 	return nil
+}
+
+// markCommitted moves the commit mark to seq. A mark that cannot be
+// written is no longer known: recovery then cannot tell acknowledged
+// records from others, and says so. Called with mu held.
+func (l *ItemLog) markCommitted(seq uint64) {
+	if seq <= l.committedSeq {
+		return
+	}
+	l.committedSeq = seq
+	if l.committed.Write(seq) != nil {
+		l.committedKnown = false
+	}
 }
 
 // syncAll fsyncs the segments in paths and, if a segment was created, the
@@ -463,12 +567,13 @@ func syncAll(dir string, f *os.File, paths []string, dirDirty bool) error {
 // Records at or below the last delivered seq are skipped, so fn always sees
 // strictly increasing seqs.
 //
-// Damage: a torn or corrupt record ends the replay of its segment, but not
-// of the log. Later segments were written after the damage (a reopened log
-// starts a new segment), so their records are intact history and are
-// delivered; the records lost are those from the damage to the end of that
-// segment, which, when the damage is the torn tail of a crash, are records
-// whose Commit never returned. Replay then returns n and a *ReplayDamage
+// Damage: a torn or corrupt record is passed over, and the replay goes on
+// from the next intact record of its segment (the next offset where a
+// record's length, sequence number and checksum hold), and with the later
+// segments, which were written after the damage (a reopened log starts a
+// new segment): the records lost are the damaged ones, and when the
+// damage is the torn tail of a crash, they are records whose Commit never
+// returned (Committed tells). Replay then returns n and a *ReplayDamage
 // (errors.Is(err, ErrCorrupt)) that callers log and go on from. Inside a
 // segment, a record whose seq is not above the one before it, or a first
 // record whose seq differs from the segment's name, counts as corruption.
@@ -504,7 +609,7 @@ func (l *ItemLog) ReplayFrames(after uint64, fn func(f *StoredFrame) error) (n i
 		if i+1 < len(segs) && segs[i+1].first <= after+1 {
 			continue
 		}
-		last, k, err := l.scan(l.path(s.first), s, prev, fn)
+		last, k, sd, err := l.scanDamage(l.path(s.first), s, prev, fn)
 		n += k
 		if k > 0 {
 			prev = last
@@ -514,6 +619,14 @@ func (l *ItemLog) ReplayFrames(after uint64, fn func(f *StoredFrame) error) (n i
 		case errors.As(err, &ce):
 			damage.Files = append(damage.Files, ce)
 			damage.TornTail = len(damage.Files) == 1 && i == len(segs)-1 && strings.HasPrefix(ce.Reason, tornReason)
+			damage.Skipped = append(damage.Skipped, sd.skipped...)
+			switch {
+			case sd.openFrom == 0:
+			case i+1 < len(segs):
+				damage.Skipped = append(damage.Skipped, [2]uint64{sd.openFrom, segs[i+1].first - 1})
+			default:
+				damage.TailFrom = sd.openFrom
+			}
 		case errors.Is(err, fs.ErrNotExist):
 			// deleted by a concurrent TruncateBefore: consumed records
 		case err != nil:
@@ -521,20 +634,52 @@ func (l *ItemLog) ReplayFrames(after uint64, fn func(f *StoredFrame) error) (n i
 		}
 	}
 	if len(damage.Files) > 0 {
+		damage.Skipped = clipRanges(damage.Skipped, after)
+		if damage.TailFrom != 0 {
+			damage.TailFrom = max(damage.TailFrom, after+1)
+		}
 		return n, &damage
 	}
 	return n, nil
 }
 
+// clipRanges keeps the parts of inclusive ranges above after.
+func clipRanges(rs [][2]uint64, after uint64) [][2]uint64 {
+	out := rs[:0]
+	for _, r := range rs {
+		if r[1] > after && r[1] >= r[0] {
+			out = append(out, [2]uint64{max(r[0], after+1), r[1]})
+		}
+	}
+	return out
+}
+
 // scan reads the intact records of one segment, at most s.size bytes (so a
 // concurrent append is not read half-written), and calls fn for those with
 // seq > after (fn may be nil). It returns the last intact seq delivered to
-// fn (or seen, when fn is nil), how many, and a *CorruptError at the first
-// damaged record.
+// fn (or seen, when fn is nil), how many, and a *CorruptError for the
+// first damaged record. Damage does not end the scan: it reads on from
+// the next intact record (resync), so that one damaged record costs its
+// own events and no others.
 func (l *ItemLog) scan(path string, s segment, after uint64, fn func(*StoredFrame) error) (last uint64, n int, err error) {
+	last, n, _, err = l.scanDamage(path, s, after, fn)
+	return last, n, err
+}
+
+// segmentDamage is what scanDamage found damaged in a segment: the
+// sequence numbers of the records passed over, and, when the damage runs
+// to its end, the first sequence number it may hold (openFrom).
+type segmentDamage struct {
+	skipped  [][2]uint64
+	openFrom uint64
+}
+
+// scanDamage is scan, which also says which sequence numbers the damage
+// took.
+func (l *ItemLog) scanDamage(path string, s segment, after uint64, fn func(*StoredFrame) error) (last uint64, n int, sd segmentDamage, err error) {
 	file, err := os.Open(path)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, sd, err
 	}
 	defer file.Close()
 	r := bufio.NewReaderSize(io.LimitReader(file, s.size), 64<<10)
@@ -543,69 +688,170 @@ func (l *ItemLog) scan(path string, s segment, after uint64, fn func(*StoredFram
 		payload []byte
 		off     int64
 		prev    uint64 // last seq in this segment
+		damage  *CorruptError
+		regions int
 	)
-	corrupt := func(reason string) (uint64, int, error) {
-		return last, n, &CorruptError{Path: path, Offset: off, Reason: reason}
-	}
 	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			if err == io.EOF {
-				return last, n, nil
+		fr, reason, err := l.readRecord(r, hdr[:], &payload, s, off, prev)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return last, n, sd, err
+		}
+		if reason != "" {
+			next, found, err := l.resync(file, s, off, prev)
+			if err != nil {
+				return last, n, sd, err
 			}
-			if err == io.ErrUnexpectedEOF {
-				return corrupt(tornReason + " header")
+			from := max(prev+1, s.first)
+			regions++
+			if damage == nil {
+				damage = &CorruptError{Path: path, Offset: off, Reason: reason}
+				if found {
+					damage.Reason += fmt.Sprintf("; %d bytes passed over, read on from the next intact record", next-off)
+				}
 			}
-			return last, n, err
-		}
-		h := parseRecordHeader(hdr[:])
-		isFrame := h.n&frameFlag != 0
-		h.n &^= frameFlag
-		if int64(h.n) > int64(l.cfg.MaxPayload) {
-			return corrupt(fmt.Sprintf("record length %d above the %d limit", h.n, l.cfg.MaxPayload))
-		}
-		if int64(h.n) > s.size-off-recordHeaderLen {
-			return corrupt(fmt.Sprintf("%s: length %d, %d bytes left", tornReason, h.n, s.size-off-recordHeaderLen))
-		}
-		if cap(payload) < int(h.n) {
-			payload = make([]byte, h.n)
-		}
-		payload = payload[:h.n]
-		if _, err := io.ReadFull(r, payload); err != nil {
-			if err == io.ErrUnexpectedEOF || err == io.EOF {
-				return corrupt(tornReason)
+			if !found {
+				sd.openFrom = from
+				break
 			}
-			return last, n, err
-		}
-		if !h.check(hdr[:], payload) {
-			return corrupt("CRC mismatch")
-		}
-		fr := StoredFrame{First: h.seq, Last: h.seq, After: after, single: payload}
-		if isFrame {
-			var reason string
-			if fr, reason = parseFrame(h.seq, payload); reason != "" {
-				return corrupt(reason)
+			if nf := firstSeqAt(file, next); nf > from {
+				sd.skipped = append(sd.skipped, [2]uint64{from, nf - 1})
 			}
-			fr.After = after
+			off = next
+			if _, err := file.Seek(off, io.SeekStart); err != nil {
+				return last, n, sd, err
+			}
+			r.Reset(io.LimitReader(file, s.size-off))
+			continue
 		}
-		switch {
-		case off == 0 && fr.First != s.first:
-			return corrupt(fmt.Sprintf("first seq %d, the name says %d", fr.First, s.first))
-		case off > 0 && fr.First <= prev:
-			return corrupt(fmt.Sprintf("seq %d not above %d", fr.First, prev))
-		}
-		prev = fr.Last
+		prev, fr.After = fr.Last, after
 		if fn == nil {
 			last = fr.Last
 			n++
 		} else if fr.Last > after {
 			if err := fn(&fr); err != nil {
-				return last, n, err
+				return last, n, sd, err
 			}
 			last = fr.Last
 			n += fr.events()
 		}
-		off += recordHeaderLen + int64(h.n)
+		off += recordHeaderLen + int64(len(payload))
 	}
+	if damage == nil {
+		return last, n, sd, nil
+	}
+	if regions > 1 {
+		damage.Reason += fmt.Sprintf(" (%d damaged regions in the segment)", regions)
+	}
+	return last, n, sd, damage
+}
+
+// firstSeqAt is the first sequence number of the intact record at off
+// (resync found it): a frame's header holds its last, and its payload
+// the count.
+func firstSeqAt(file *os.File, off int64) uint64 {
+	var b [recordHeaderLen + binary.MaxVarintLen64]byte
+	k, _ := file.ReadAt(b[:], off)
+	if k < recordHeaderLen {
+		return 0
+	}
+	h := parseRecordHeader(b[:])
+	if h.n&frameFlag == 0 {
+		return h.seq
+	}
+	count, m := binary.Uvarint(b[recordHeaderLen:k])
+	if m <= 0 || count == 0 || count > h.seq {
+		return 0
+	}
+	return h.seq - count + 1
+}
+
+// readRecord reads the record at off, after the segment's record of seq
+// prev. A damaged record is a reason; err is io.EOF at the segment's end,
+// or an I/O error.
+func (l *ItemLog) readRecord(r *bufio.Reader, hdr []byte, payload *[]byte, s segment, off int64, prev uint64) (fr StoredFrame, reason string, err error) {
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			return fr, tornReason + " header", nil
+		}
+		return fr, "", err
+	}
+	h := parseRecordHeader(hdr)
+	size := int64(h.n &^ frameFlag)
+	if size > int64(l.cfg.MaxPayload) {
+		return fr, fmt.Sprintf("record length %d above the %d limit", size, l.cfg.MaxPayload), nil
+	}
+	if left := s.size - off - recordHeaderLen; size > left {
+		return fr, fmt.Sprintf("%s: length %d, %d bytes left", tornReason, size, left), nil
+	}
+	if int64(cap(*payload)) < size {
+		*payload = make([]byte, size)
+	}
+	*payload = (*payload)[:size]
+	if _, err := io.ReadFull(r, *payload); err != nil {
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			return fr, tornReason, nil
+		}
+		return fr, "", err
+	}
+	fr, reason = checkRecord(hdr, *payload)
+	switch {
+	case reason != "":
+	case off == 0 && fr.First != s.first:
+		reason = fmt.Sprintf("first seq %d, the name says %d", fr.First, s.first)
+	case off > 0 && fr.First <= prev:
+		reason = fmt.Sprintf("seq %d not above %d", fr.First, prev)
+	}
+	return fr, reason, nil
+}
+
+// checkRecord checks the record of header hdr and payload p (its CRC, and
+// a frame's events) and decodes it; reason says what is wrong.
+func checkRecord(hdr, p []byte) (fr StoredFrame, reason string) {
+	h := parseRecordHeader(hdr)
+	if h.n&frameFlag == 0 {
+		fr = StoredFrame{First: h.seq, Last: h.seq, single: p}
+	} else if fr, reason = parseFrame(h.seq, p); reason != "" {
+		// The structure before the checksum: resync tries every offset,
+		// and a walk of a few lengths rejects garbage sooner than the
+		// checksum of a long payload.
+		return StoredFrame{}, reason
+	}
+	if !h.check(hdr, p) {
+		return StoredFrame{}, "CRC mismatch"
+	}
+	return fr, ""
+}
+
+// resync finds the next intact record after the damaged one at off: the
+// first offset past it where a record header's length fits, its seq is
+// above prev (and the segment's first), and its checksum holds. found is
+// false when there is none before the segment's end.
+func (l *ItemLog) resync(file *os.File, s segment, off int64, prev uint64) (next int64, found bool, err error) {
+	if s.size-off-1 < recordHeaderLen {
+		return 0, false, nil
+	}
+	b := make([]byte, s.size-off-1)
+	if _, err := file.ReadAt(b, off+1); err != nil && err != io.EOF {
+		return 0, false, err
+	}
+	low := max(prev+1, s.first)
+	for i := 0; i+recordHeaderLen <= len(b); i++ {
+		h := parseRecordHeader(b[i:])
+		size := int(h.n &^ frameFlag)
+		// Cheap tests first. No segment skips 2^32 sequence numbers between
+		// records: a random seq passes that test once in 2^32 offsets.
+		if size > l.cfg.MaxPayload || size > len(b)-i-recordHeaderLen || h.seq < low || h.seq-low > 1<<32 {
+			continue
+		}
+		fr, reason := checkRecord(b[i:i+recordHeaderLen], b[i+recordHeaderLen:i+recordHeaderLen+size])
+		if reason == "" && fr.First > prev && fr.First >= s.first {
+			return off + 1 + int64(i), true, nil
+		}
+	}
+	return 0, false, nil
 }
 
 // TruncateBefore deletes the segments whose records all have seq <= seq:
@@ -695,6 +941,9 @@ func (l *ItemLog) Close() error {
 			err = cerr
 		}
 		l.f = nil
+	}
+	if cerr := l.committed.Close(); err == nil && cerr != nil {
+		err = cerr
 	}
 	l.closed = true
 	l.cond.Broadcast()

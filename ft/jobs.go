@@ -52,6 +52,19 @@ var jobCRC = crc32.MakeTable(crc32.Castagnoli)
 // ErrBadJobRecord marks a damaged record file in Load's damaged list.
 var ErrBadJobRecord = errors.New("ft: damaged job record")
 
+// JobRecordError is a damaged record file of Load's damaged list: the
+// job Name's, at Path. It wraps ErrBadJobRecord.
+type JobRecordError struct {
+	Name, Path, Reason string
+}
+
+func (e *JobRecordError) Error() string {
+	return fmt.Sprintf("%v: %s: %s", ErrBadJobRecord, e.Path, e.Reason)
+}
+
+// Unwrap returns ErrBadJobRecord.
+func (e *JobRecordError) Unwrap() error { return ErrBadJobRecord }
+
 // OpenJobDir opens (creating it if needed) a JobDir and deletes the
 // temporary files of writes a crash interrupted.
 func OpenJobDir(dir string) (*JobDir, error) {
@@ -121,8 +134,8 @@ func (d *JobDir) Delete(name string) error {
 }
 
 // Load reads every record, sorted by name. A damaged file is returned in
-// damaged (an error wrapping ErrBadJobRecord that names the file and what
-// is wrong) and not in recs; err is for a directory that cannot be read.
+// damaged (a *JobRecordError that names the job, the file and what is
+// wrong) and not in recs; err is for a directory that cannot be read.
 func (d *JobDir) Load() (recs []JobRecord, damaged []error, err error) {
 	entries, err := os.ReadDir(d.dir)
 	if err != nil {
@@ -149,7 +162,7 @@ func (d *JobDir) Load() (recs []JobRecord, damaged []error, err error) {
 func readJobRecord(path, name string) (JobRecord, error) {
 	var rec JobRecord
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrBadJobRecord, path, fmt.Sprintf(format, a...))
+		return &JobRecordError{Name: name, Path: path, Reason: fmt.Sprintf(format, a...)}
 	}
 	f, err := os.Open(path)
 	if err != nil {

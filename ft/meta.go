@@ -38,6 +38,9 @@ const (
 	CleanMarker = "clean"
 	// RecoveryHistory holds the job's last recovery reports.
 	RecoveryHistory = "recoveries.json"
+	// JobRecordCopy is a copy of the job's record (JobRecord, as JSON),
+	// beside its data: a damaged record is rebuilt from it.
+	JobRecordCopy = "record"
 )
 
 const (
@@ -192,25 +195,33 @@ func OpenSeqMark(root string, key Key) (*SeqMark, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ft: sequence mark %s: %w", key, err)
 	}
+	m, _, err := openMark(filepath.Join(dir, "seq"))
+	if err != nil {
+		return nil, fmt.Errorf("ft: sequence mark %s: %w", key, err)
+	}
+	return m, nil
+}
+
+// openMark opens the mark at path, creating it at 0 (created) if needed.
+func openMark(path string) (m *SeqMark, created bool, err error) {
 	// A new mark is written at once, so that an empty file is damage, not
 	// a mark never written.
-	path := filepath.Join(dir, "seq")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	created := err == nil
+	created = err == nil
 	if errors.Is(err, fs.ErrExist) {
 		f, err = os.OpenFile(path, os.O_RDWR, 0o644)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("ft: sequence mark %s: %w", key, err)
+		return nil, false, err
 	}
-	m := &SeqMark{f: f}
+	m = &SeqMark{f: f}
 	if created {
 		if err := m.Write(0); err != nil {
 			f.Close()
-			return nil, fmt.Errorf("ft: sequence mark %s: %w", key, err)
+			return nil, false, err
 		}
 	}
-	return m, nil
+	return m, created, nil
 }
 
 // Read returns the mark as the file holds it, or a *CorruptError for a

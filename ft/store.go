@@ -39,6 +39,10 @@ type BackupMeta struct {
 	// lost, and the previous chain is used. Mode approx does without, as
 	// its item log does: the fsync would cost more than the whole backup.
 	Durable bool `json:"durable"`
+	// Incarnation is the owner of the job's data when the backup was
+	// taken (JobStorage.Claim), set by the job's storage: a damaged
+	// incarnation file is rebuilt from it.
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // Backup is one stored backup.
@@ -740,6 +744,27 @@ func (s *DirStore) Usage(key Key) (count int, bytes int64) {
 // RemoveJob deletes every backup and item log of job. Item logs of the job
 // must be closed first. Calls for the job's keys wait until it is done.
 func (s *DirStore) RemoveJob(job string) error {
+	return s.dropJob(job, func(dir string) error { return os.RemoveAll(dir) })
+}
+
+// MoveJob moves the job's directory, every backup and item log in it, to
+// dest (which must not exist), as RemoveJob removes it: the store then
+// holds nothing of the job.
+func (s *DirStore) MoveJob(job, dest string) error {
+	return s.dropJob(job, func(dir string) error {
+		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+			return err
+		}
+		if err := os.Rename(dir, dest); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return syncDir(filepath.Dir(dest))
+	})
+}
+
+// dropJob forgets everything the store knows of job and has drop take its
+// directory away.
+func (s *DirStore) dropJob(job string, drop func(dir string) error) error {
 	if err := validJob(job); err != nil {
 		return err
 	}
@@ -774,7 +799,7 @@ func (s *DirStore) RemoveJob(job string) error {
 		ks.removed, ks.loaded = true, false
 		ks.mu.Unlock()
 	}
-	if err := os.RemoveAll(filepath.Join(s.dir, job)); err != nil {
+	if err := drop(filepath.Join(s.dir, job)); err != nil {
 		return fmt.Errorf("ft: remove job %s: %w", job, err)
 	}
 	if err := syncDir(s.dir); err != nil {

@@ -294,16 +294,17 @@ func (e *Engine) reserve(spec Spec, mem MemoryEstimate) (r *reservation, running
 // reservation r; outside the lock.
 func (e *Engine) create(r *reservation, incarnation string, record, withFT bool) (*Job, error) {
 	slot, gen := 0, uint64(0)
+	var claimed ft.Claimed
 	if withFT {
-		if err := e.claimData(r.spec.Name, incarnation); err != nil {
+		var err error
+		if claimed, err = e.claimData(r.spec.Name, incarnation); err != nil {
 			return nil, fmt.Errorf("job %q: %w", r.spec.Name, err)
 		}
-		var err error
 		if slot, gen, err = e.adoptLayout(r); err != nil {
 			return nil, fmt.Errorf("job %q: %w", r.spec.Name, err)
 		}
 	}
-	j, err := e.launch(r.spec, r.mem, incarnation, record, &r.abort, slot)
+	j, err := e.launch(r.spec, r.mem, incarnation, claimed, record, &r.abort, slot)
 	if err != nil {
 		return nil, err
 	}
@@ -373,12 +374,12 @@ func (e *Engine) nameFree(spec Spec) (running bool, err error) {
 
 // launch makes the job, recovers and starts it, and records it. abort
 // (may be nil), once set, makes the recovery give up.
-func (e *Engine) launch(spec Spec, mem MemoryEstimate, incarnation string, record bool, abort *atomic.Bool, slot int) (*Job, error) {
+func (e *Engine) launch(spec Spec, mem MemoryEstimate, incarnation string, claimed ft.Claimed, record bool, abort *atomic.Bool, slot int) (*Job, error) {
 	j, err := newJobIn(spec, e.hub, &e.cfg, slot, &lineage{created: time.Now()})
 	if err != nil {
 		return nil, err
 	}
-	j.mem, j.incarnation, j.maxPartitions = mem, incarnation, e.cfg.MaxPartitions
+	j.mem, j.incarnation, j.claimed, j.maxPartitions = mem, incarnation, claimed, e.cfg.MaxPartitions
 	if j.ft != nil {
 		j.ft.abort = abort
 	}

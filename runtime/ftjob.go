@@ -612,14 +612,25 @@ type RecoveryReport struct {
 	At       time.Time `json:"at"`
 	Failures int       `json:"failures"`
 	// Backups applied: a full one and its deltas.
-	Backups  int      `json:"backups"`
-	Skipped  []string `json:"skipped,omitempty"` // damaged backup files passed over
-	Replayed int      `json:"replayed"`          // events replayed from item logs
+	Backups int      `json:"backups"`
+	Skipped []string `json:"skipped,omitempty"` // damaged files passed over
+	// Mode is the job's ft mode: what Bound promises.
+	Mode string `json:"mode"`
+	// Repaired lists damaged metadata rebuilt from the intact files beside
+	// it; Quarantined the folders under <data>/.quarantine that data the
+	// job does not use (moved aside) or copies of damaged files went to,
+	// each with why. Nothing damaged is deleted.
+	Repaired    []string `json:"repaired,omitempty"`
+	Quarantined []string `json:"quarantined,omitempty"`
+	Replayed    int      `json:"replayed"` // events replayed from item logs
 	// Lost counts the events that were accepted before the crash and are
 	// in neither the restored state nor the item logs; LostRanges lists
 	// them per partition as inclusive sequence-number ranges.
 	Lost       int64         `json:"lost"`
 	LostRanges [][][2]uint64 `json:"lost_ranges"`
+	// LostToDamage is the part of Lost that damaged item-log records held:
+	// acknowledged events (replay resumes at the next intact record).
+	LostToDamage int64 `json:"lost_to_damage"`
 	// Unacknowledged counts, in mode exact, the events of requests that a
 	// crash cut short before their 202: not in the item log, or in it only
 	// in part (then dropped whole, so that a request is replayed all or
@@ -628,11 +639,14 @@ type RecoveryReport struct {
 	// over, acknowledged events may be among them: they count as lost then.
 	Unacknowledged int64 `json:"unacknowledged"`
 	// Bound is the bound that held (the job's promise over any number of
-	// crashes); Within says whether the measured loss stayed inside it.
+	// crashes: in mode exact, nothing); Within says whether the measured
+	// loss stayed inside it.
 	Bound      ft.Bound      `json:"bound"`
 	Within     bool          `json:"within"`
 	Thresholds ft.Thresholds `json:"thresholds"`
 	DurationMs float64       `json:"duration_ms"`
+	// damaged are the damaged files found, copied to the quarantine.
+	damaged damagedFiles
 }
 
 // errPartitionsChanged refuses to restore state taken with another

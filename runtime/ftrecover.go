@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -22,7 +23,9 @@ import (
 func (j *Job) recover() (*RecoveryReport, error) {
 	f := j.ft
 	start := time.Now()
-	rep := &RecoveryReport{Job: j.spec.Name, At: start}
+	rep := &RecoveryReport{Job: j.spec.Name, At: start, Mode: f.spec.Mode}
+	j.reportClaim(rep)
+	f.findDamagedMeta(rep)
 	base, failures, restored, err := j.restoreUnits(rep)
 	if err != nil {
 		return nil, err
@@ -52,6 +55,8 @@ func (j *Job) recover() (*RecoveryReport, error) {
 		f.compensate(rep.LostRanges)
 	}
 	f.judge(rep, clean)
+	// Before the first backups, which may reuse a damaged chain's file.
+	f.quarantine(rep)
 	f.backupAll()
 	rep.DurationMs = float64(time.Since(start).Microseconds()) / 1e3
 	return rep, nil
@@ -95,13 +100,15 @@ func (f *jobFT) resetThresholds(parts, failures int, rep *RecoveryReport) {
 }
 
 // judge states the bound the recovery promised and whether the loss kept
-// it.
+// it: in mode exact, that nothing acknowledged is lost.
 func (f *jobFT) judge(rep *RecoveryReport, clean bool) {
 	var alpha float64
 	for _, u := range f.units {
 		alpha = max(alpha, u.op.alpha())
 	}
-	rep.Bound = f.bounds.Promise(alpha, 1)
+	if f.spec.Mode != ft.ModeExact {
+		rep.Bound = f.bounds.Promise(alpha, 1)
+	}
 	rep.Within = rep.Lost <= rep.Bound.Events
 	rep.Clean = clean && rep.Lost == 0
 }
@@ -113,32 +120,30 @@ func (f *jobFT) judge(rep *RecoveryReport, clean bool) {
 // backupDamage says that a damaged backup was passed over.
 func (j *Job) replayLogs(rep *RecoveryReport, base, marks []uint64, backupDamage bool) (covered []uint64, err error) {
 	f := j.ft
-	reqs, err := f.findRequests()
+	reqs, damaged, err := f.findRequests()
 	if err != nil {
 		return nil, err
 	}
 	rep.LostRanges = make([][][2]uint64, len(j.parts))
 	covered = make([]uint64, len(j.parts))
 	for i, part := range j.parts {
-		r, err := j.replay(i, base[i], reqs)
+		r, err := j.replay(i, base[i], reqs, damaged)
 		if err != nil {
 			return nil, fmt.Errorf("replaying partition %d: %w", i, err)
 		}
-		// Handed out, and in neither the state nor the item log (or only
-		// as part of a cut request). In mode exact such events never had
-		// their 202 (it comes after the fsync), unless damage to the log
-		// or the backups may have taken acknowledged ones.
-		missing := append(r.gaps, r.unacked...)
-		if marks[i] > r.last {
-			missing = append(missing, [2]uint64{r.last + 1, marks[i]})
+		lost, unacked, toDamage := f.classify(i, r, marks[i], backupDamage)
+		if committed, known := f.parts[i].log.Committed(); known && committed > r.last && f.spec.Mode == ft.ModeExact {
+			short := fmt.Sprintf("item log of partition %d: its records end at seq %d, its commits reached seq %d: the acknowledged events after it are gone",
+				i, r.last, committed)
+			rep.Skipped = append(rep.Skipped, short)
+			f.log.Warn("fault tolerance: item log cut short", "job", f.name, "partition", i, "last", r.last, "committed", committed)
 		}
-		lost := append([][2]uint64{}, r.unreadable...) // [] in JSON when none, not null
-		if f.spec.Mode == ft.ModeExact && !r.damaged && !backupDamage {
-			rep.Unacknowledged = addRanges(rep.Unacknowledged, missing)
-		} else {
-			lost = append(lost, missing...)
-		}
+		rep.Unacknowledged = addRanges(rep.Unacknowledged, unacked)
+		rep.LostToDamage = addRanges(rep.LostToDamage, toDamage)
 		rep.Replayed += r.n
+		for _, d := range r.damage {
+			rep.noteDamage(d)
+		}
 		slices.SortFunc(lost, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
 		rep.Lost = addRanges(rep.Lost, lost)
 		rep.LostRanges[i] = lost
@@ -149,6 +154,74 @@ func (j *Job) replayLogs(rep *RecoveryReport, base, marks []uint64, backupDamage
 	}
 	f.reqs.recovered(base, reqs)
 	return covered, nil
+}
+
+// classify sorts the events partition i handed out (up to its mark) that
+// are in neither the state nor the item log (or only as part of a cut
+// request) into lost and unacknowledged, and says which of the lost ones
+// damage to the log took. In mode exact an event is acknowledged once the
+// item log's commit covered it (the 202 comes after the fsync): missing
+// events at or below the log's commit mark, and those of damaged records,
+// are lost; the others (requests refused or cut by the crash) never had
+// their 202. Without a commit mark (an earlier version's log, or a
+// damaged mark), damage beyond a torn tail counts everything missing as
+// lost; and so does a damaged backup passed over (the log may have been
+// truncated past what the restored state holds). In mode approx, every
+// missing event is lost.
+func (f *jobFT) classify(i int, r replayed, mark uint64, backupDamage bool) (lost, unacked, toDamage [][2]uint64) {
+	lost = slices.Concat(r.unreadable, r.damageGaps)
+	toDamage = r.damageGaps
+	var tail [][2]uint64
+	if mark > r.last {
+		tail = [][2]uint64{{r.last + 1, mark}}
+	}
+	others := slices.Concat(r.gaps, r.unacked)
+	committed, known := f.parts[i].log.Committed()
+	switch {
+	case f.spec.Mode != ft.ModeExact || backupDamage || !known && r.damaged:
+		lost = slices.Concat(lost, others, tail)
+	case known:
+		acked, rest := splitRanges(tail, committed)
+		lost = append(lost, acked...)
+		toDamage = slices.Concat(toDamage, acked)
+		unacked = slices.Concat(others, rest)
+	default:
+		unacked = slices.Concat(others, tail)
+	}
+	if lost == nil {
+		lost = [][2]uint64{} // [] in JSON when none, not null
+	}
+	return lost, unacked, toDamage
+}
+
+// splitRanges splits inclusive ranges at seq: the parts at or below it,
+// and those above.
+func splitRanges(rs [][2]uint64, seq uint64) (below, above [][2]uint64) {
+	for _, r := range rs {
+		switch {
+		case r[1] <= seq:
+			below = append(below, r)
+		case r[0] > seq:
+			above = append(above, r)
+		default:
+			below = append(below, [2]uint64{r[0], seq})
+			above = append(above, [2]uint64{seq + 1, r[1]})
+		}
+	}
+	return below, above
+}
+
+// overlapping splits ranges into those that overlap one of damage and the
+// others.
+func overlapping(rs, damage [][2]uint64) (others, hit [][2]uint64) {
+	for _, r := range rs {
+		if slices.ContainsFunc(damage, func(d [2]uint64) bool { return d[0] <= r[1] && r[0] <= d[1] }) {
+			hit = append(hit, r)
+		} else {
+			others = append(others, r)
+		}
+	}
+	return others, hit
 }
 
 // backupAll takes a full backup of every unit and waits until the writer
@@ -176,6 +249,7 @@ func (f *jobFT) readMarks(rep *RecoveryReport) (marks []uint64, damaged bool) {
 		m, err := p.mark.Read()
 		if err != nil {
 			damaged = true
+			rep.noteDamage(err)
 			rep.Skipped = append(rep.Skipped, err.Error()+" (events accepted after the last one in the backups and the item log are not counted as lost)")
 			f.log.Warn("fault tolerance: damaged sequence mark", "job", f.name, "partition", i, "err", err)
 		}
@@ -247,6 +321,7 @@ func (u *stateUnit) restore(rep *RecoveryReport) (ft.BackupMeta, int, error) {
 		return ft.BackupMeta{}, 0, fmt.Errorf("reading backups of %s: %w", u.key, err)
 	}
 	for _, s := range skipped {
+		rep.noteDamage(s)
 		rep.Skipped = append(rep.Skipped, s.Error())
 		f.log.Warn("fault tolerance: damaged backup passed over", "job", f.name, "err", s)
 	}
@@ -275,9 +350,11 @@ type replayed struct {
 	n          int         // events replayed
 	last       uint64      // the last sequence number the partition has now seen
 	gaps       [][2]uint64 // sequence numbers in no record of the log (inclusive ranges)
+	damageGaps [][2]uint64 // those that damaged records of the log held
 	unreadable [][2]uint64 // in intact records that cannot be decoded
 	unacked    [][2]uint64 // events of requests logged only in part: dropped
 	damaged    bool        // damage beyond a torn tail: the log may have lost acknowledged events
+	damage     []*ft.CorruptError
 }
 
 // replay feeds partition i the item-logged events after seq `after`, in
@@ -285,7 +362,7 @@ type replayed struct {
 // number the partition has now seen, and the gaps (inclusive ranges) in
 // between: events that were never logged, or unreadable. The parts of
 // requests that reqs says are not whole are skipped, gaps neither.
-func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err error) {
+func (j *Job) replay(i int, after uint64, reqs foundRequests, damaged []bool) (r replayed, err error) {
 	part := j.parts[i]
 	r.last = after
 	var recs []Record
@@ -327,7 +404,7 @@ func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err e
 		if j.ft.aborted() {
 			return errRecoveryAborted
 		}
-		if len(fr.Tag) > 0 && !reqs.whole(fr.Tag, len(j.parts)) {
+		if len(fr.Tag) > 0 && !reqs.replayable(fr.Tag, damaged) {
 			// Not acknowledged, and not whole: none of it.
 			first := max(fr.First, fr.After+1)
 			skipTo(first, fr.Last)
@@ -339,6 +416,12 @@ func (j *Job) replay(i int, after uint64, reqs foundRequests) (r replayed, err e
 	var damage *ft.ReplayDamage
 	if errors.As(err, &damage) {
 		j.ft.log.Warn("fault tolerance: damaged item log", "job", j.spec.Name, "partition", i, "err", err)
+		committed, known := j.ft.parts[i].log.Committed()
+		if !damage.TornTail || known && committed >= damage.TailFrom {
+			// Not only what a crash tore before its commit returned.
+			r.damage = damage.Files
+		}
+		r.gaps, r.damageGaps = overlapping(r.gaps, damage.Skipped)
 		r.damaged = !damage.TornTail
 		err = nil
 	}
@@ -368,9 +451,12 @@ type foundRequest struct {
 
 // findRequests reads the tags of every frame in every partition's item
 // log (all of them, those the state holds too: a part's presence is what
-// tells a whole request from a cut one).
-func (f *jobFT) findRequests() (foundRequests, error) {
-	reqs := foundRequests{}
+// tells a whole request from a cut one). damaged says, per partition,
+// that damage to its log took acknowledged records: a request whose
+// missing parts were there is not a cut one.
+func (f *jobFT) findRequests() (reqs foundRequests, damaged []bool, err error) {
+	reqs = foundRequests{}
+	damaged = make([]bool, len(f.parts))
 	for i, p := range f.parts {
 		_, err := p.log.ReplayFrames(0, func(fr *ft.StoredFrame) error {
 			if len(fr.Tag) == 0 {
@@ -388,19 +474,42 @@ func (f *jobFT) findRequests() (foundRequests, error) {
 			r.found[i] = [2]uint64{fr.First, fr.Last}
 			return nil
 		})
-		if err != nil && !errors.Is(err, ft.ErrCorrupt) {
-			return nil, fmt.Errorf("reading the item log of partition %d: %w", i, err)
+		var damage *ft.ReplayDamage
+		switch {
+		case errors.As(err, &damage):
+			committed, known := p.log.Committed()
+			damaged[i] = len(damage.Skipped) > 0 || damage.TailFrom != 0 && (!damage.TornTail || known && committed >= damage.TailFrom)
+		case err != nil:
+			return nil, nil, fmt.Errorf("reading the item log of partition %d: %w", i, err)
+		}
+		if committed, known := p.log.Committed(); known && committed > p.log.LastSeq() {
+			damaged[i] = true // cut short at a record's end
 		}
 	}
-	return reqs, nil
+	return reqs, damaged, nil
 }
 
-// whole says whether every part of the request tagged tag is in the logs.
-func (reqs foundRequests) whole(tag []byte, n int) bool {
-	id, _, err := decodeTag(tag, n)
-	return err == nil && reqs.wholeID(id)
+// replayable says whether the request tagged tag is replayed: when every
+// part of it is in the logs, or the missing ones were in damaged logs
+// (damaged records of an acknowledged request, counted as lost there).
+func (reqs foundRequests) replayable(tag []byte, damaged []bool) bool {
+	id, _, err := decodeTag(tag, len(damaged))
+	if err != nil {
+		return false
+	}
+	r := reqs[id]
+	if r == nil {
+		return false
+	}
+	for _, p := range r.parts {
+		if _, ok := r.found[p]; !ok && !damaged[p] {
+			return false
+		}
+	}
+	return true
 }
 
+// wholeID says whether every part of request id is in the logs.
 func (reqs foundRequests) wholeID(id uint64) bool {
 	r := reqs[id]
 	if r == nil {
@@ -412,4 +521,81 @@ func (reqs foundRequests) wholeID(id uint64) bool {
 		}
 	}
 	return true
+}
+
+// reportClaim puts what claiming the job's data did in the report.
+func (j *Job) reportClaim(rep *RecoveryReport) {
+	c := j.claimed
+	if c.Repaired != "" {
+		rep.Repaired = append(rep.Repaired, c.Repaired)
+	}
+	if c.Quarantined != "" {
+		rep.Quarantined = append(rep.Quarantined, c.Quarantined+": the data found under the job's name, moved aside: "+c.Why)
+	}
+}
+
+// damagedFiles are the damaged files a recovery found, to be copied to
+// the quarantine (folder, once it is made, named by the report's
+// Quarantined[line]): those up to copied are.
+type damagedFiles struct {
+	paths  []string
+	copied int
+	folder string
+	line   int
+}
+
+// noteDamage keeps the file a *ft.CorruptError names, to be copied to the
+// quarantine.
+func (rep *RecoveryReport) noteDamage(err error) {
+	var ce *ft.CorruptError
+	if errors.As(err, &ce) {
+		rep.noteDamaged(ce.Path)
+	}
+}
+
+func (rep *RecoveryReport) noteDamaged(path string) {
+	if !slices.Contains(rep.damaged.paths, path) {
+		rep.damaged.paths = append(rep.damaged.paths, path)
+	}
+}
+
+// findDamagedMeta notes the job's damaged metadata files, and copies them
+// to the quarantine before the recovery replaces them: the clean marker,
+// which must be empty, and the recovery history, which must be JSON.
+func (f *jobFT) findDamagedMeta(rep *RecoveryReport) {
+	for _, name := range []string{ft.CleanMarker, ft.RecoveryHistory} {
+		data, legacy, err := f.storage.ReadMeta(name)
+		switch {
+		case err != nil:
+			rep.noteDamage(err)
+		case legacy && (name == ft.CleanMarker && len(data) > 0 || name == ft.RecoveryHistory && !json.Valid(data)):
+			rep.noteDamaged(name)
+		}
+	}
+	f.quarantine(rep)
+}
+
+// quarantine copies the damaged files the recovery found since its last
+// call into the recovery's quarantine folder: the service replaces or
+// passes over them, and the operator keeps what they held.
+func (f *jobFT) quarantine(rep *RecoveryReport) {
+	d := &rep.damaged
+	todo := d.paths[d.copied:]
+	if len(todo) == 0 {
+		return
+	}
+	d.copied = len(d.paths)
+	dir, err := f.storage.Quarantine(d.folder, todo)
+	if err != nil {
+		f.log.Warn("fault tolerance: copying damaged files to the quarantine", "job", f.name, "err", err)
+	}
+	if dir == "" {
+		return
+	}
+	f.log.Warn("fault tolerance: damaged files copied to the quarantine", "job", f.name, "quarantine", dir, "files", todo)
+	if d.folder == "" {
+		d.folder, d.line = dir, len(rep.Quarantined)
+		rep.Quarantined = append(rep.Quarantined, "")
+	}
+	rep.Quarantined[d.line] = fmt.Sprintf("%s: copies of %d damaged file(s)", dir, d.copied)
 }

@@ -36,6 +36,9 @@ type Job struct {
 	slot int
 	// incarnation is the job's, for its record after a rescale.
 	incarnation string
+	// claimed is what claiming its data did (rebuilt, moved aside), for
+	// the recovery report.
+	claimed ft.Claimed
 	// processedBase counts the events the job's predecessors processed.
 	processedBase uint64
 	// maxPartitions is Config.MaxPartitions, for the status.
@@ -188,7 +191,7 @@ func (j *Job) start(hub *Hub) error {
 			j.ft.closeFiles()
 			return err
 		}
-		if rep.Backups > 0 || rep.Replayed > 0 || rep.Lost > 0 || len(rep.Skipped) > 0 {
+		if rep.Backups > 0 || rep.Replayed > 0 || rep.Lost > 0 || len(rep.Skipped) > 0 || len(rep.Quarantined) > 0 || len(rep.Repaired) > 0 {
 			for _, p := range j.parts {
 				p.group.restart()
 			}

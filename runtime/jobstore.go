@@ -50,38 +50,88 @@ func (e *Engine) newIncarnation() string {
 	return hex.EncodeToString(b[:])
 }
 
-// record saves a job created at run time in Config.Jobs.
+// record saves a job created at run time in Config.Jobs, and, for a job
+// with data (fault tolerance), a copy beside its data (ft.JobRecordCopy),
+// from which a damaged record is rebuilt.
 func (e *Engine) record(spec Spec, incarnation string) error {
 	if e.cfg.Jobs == nil {
 		return nil
 	}
 	js, err := json.Marshal(spec)
+	rec := ft.JobRecord{Name: spec.Name, Incarnation: incarnation, Spec: js}
 	if err == nil {
-		err = e.cfg.Jobs.Save(ft.JobRecord{Name: spec.Name, Incarnation: incarnation, Spec: js})
+		err = e.cfg.Jobs.Save(rec)
 	}
 	if err != nil {
 		e.log.Error("recording the job", "job", spec.Name, "err", err)
 		return fmt.Errorf("%w %q: %v", ErrJobRecord, spec.Name, err)
 	}
+	e.copyRecord(rec, spec.FT.Mode)
 	return nil
 }
 
-// claimData makes the job's data the incarnation's before the job opens
-// it (ft.JobStorage.Claim): data of another incarnation (a job deleted, or
-// whose deletion a crash interrupted, or replaced by the config file) is
-// removed. Data without an incarnation is from before incarnations
-// existed: the config file's jobs keep it, other jobs remove it.
-func (e *Engine) claimData(name, incarnation string) error {
+// copyRecord writes the record of a job with data (of ft mode) beside its
+// data.
+func (e *Engine) copyRecord(rec ft.JobRecord, mode string) {
+	if e.cfg.Storage == nil || mode == ft.ModeNone {
+		return
+	}
+	js, err := e.cfg.Storage.Job(rec.Name)
+	var b []byte
+	if err == nil {
+		b, err = json.Marshal(rec)
+	}
+	if err == nil {
+		err = js.WriteMeta(ft.JobRecordCopy, b, true)
+	}
+	if err != nil {
+		e.log.Warn("copying the job's record beside its data (a damaged record cannot be rebuilt)", "job", rec.Name, "err", err)
+	}
+}
+
+// rebuildRecord rebuilds the damaged record of job name from its copy
+// beside the job's data, and saves it.
+func (e *Engine) rebuildRecord(name string) (ft.JobRecord, error) {
+	var rec ft.JobRecord
+	if e.cfg.Storage == nil {
+		return rec, errors.New("no data directory")
+	}
 	js, err := e.cfg.Storage.Job(name)
 	if err != nil {
-		return err
+		return rec, err
 	}
-	previous, removed, err := js.Claim(incarnation, incarnation == fileIncarnation)
-	if removed {
-		e.log.Warn("removed the data of an earlier job of the same name", "job", name,
-			"its_incarnation", previous, "incarnation", incarnation)
+	b, _, err := js.ReadMeta(ft.JobRecordCopy)
+	if err != nil {
+		return rec, err
 	}
-	return err
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Name != name {
+		return rec, fmt.Errorf("the copy %q is not the record of %s (%v)", b, name, err)
+	}
+	return rec, e.cfg.Jobs.Save(rec)
+}
+
+// claimData makes the job's data the incarnation's before the job opens
+// it (ft.JobStorage.Claim). Nothing is deleted: data of another
+// incarnation (a job deleted, or whose deletion a crash interrupted, or
+// replaced by the config file, or whose record was damaged) goes to the
+// quarantine, and so does data whose owner nothing tells (its incarnation
+// file damaged and no intact backup naming the job's incarnation). Data
+// without an incarnation is from before incarnations existed: the config
+// file's jobs keep it. What it did goes in the job's recovery report.
+func (e *Engine) claimData(name, incarnation string) (ft.Claimed, error) {
+	js, err := e.cfg.Storage.Job(name)
+	if err != nil {
+		return ft.Claimed{}, err
+	}
+	c, err := js.Claim(incarnation, incarnation == fileIncarnation)
+	if c.Repaired != "" {
+		e.log.Warn("damaged job metadata rebuilt", "job", name, "incarnation", incarnation, "repaired", c.Repaired)
+	}
+	if c.Quarantined != "" {
+		e.log.Warn("the data found under the job's name was moved to the quarantine, not used: restore it from there if it is this job's",
+			"job", name, "incarnation", incarnation, "quarantine", c.Quarantined, "why", c.Why)
+	}
+	return c, err
 }
 
 // removeData removes everything the storage holds of a deleted job.
@@ -139,11 +189,15 @@ func (e *Engine) Start(file []Spec) error {
 			continue
 		}
 		e.log.Info("job restored", "job", rec.Name, "incarnation", rec.Incarnation)
+		// Its data may have been restored by hand, or be of a version
+		// that kept no copy.
+		e.copyRecord(rec, spec.FT.Mode)
 	}
 	return nil
 }
 
-// loadRecords reads Config.Jobs, reporting damaged records.
+// loadRecords reads Config.Jobs. A damaged record is rebuilt from its
+// copy beside the job's data, or reported and skipped.
 func (e *Engine) loadRecords() map[string]ft.JobRecord {
 	out := map[string]ft.JobRecord{}
 	if e.cfg.Jobs == nil {
@@ -153,11 +207,23 @@ func (e *Engine) loadRecords() map[string]ft.JobRecord {
 	if err != nil {
 		e.log.Error("reading the jobs recorded at run time: none restored", "err", err)
 	}
-	for _, d := range damaged {
-		e.log.Error("damaged job record ignored", "err", d)
-	}
 	for _, r := range recs {
 		out[r.Name] = r
+	}
+	for _, d := range damaged {
+		var bad *ft.JobRecordError
+		if !errors.As(d, &bad) {
+			e.log.Error("damaged job record ignored", "err", d)
+			continue
+		}
+		rec, err := e.rebuildRecord(bad.Name)
+		if err != nil {
+			e.log.Error("damaged job record ignored (left in place): it cannot be rebuilt from the copy beside the job's data",
+				"job", bad.Name, "err", d, "copy", err)
+			continue
+		}
+		e.log.Warn("damaged job record rebuilt from the copy beside the job's data", "job", bad.Name, "err", d)
+		out[rec.Name] = rec
 	}
 	return out
 }

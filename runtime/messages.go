@@ -56,6 +56,10 @@ type Failover struct {
 	// Lost counts the log messages that retention dropped before they
 	// could be replayed (0 unless the outage outlasted the retention).
 	Lost uint64 `json:"lost"`
+	// Damaged says that the partition's latest backup did not decode, and
+	// what the take-over restored instead (an older backup, or nothing:
+	// the retained stream is replayed).
+	Damaged string `json:"damaged,omitempty"`
 }
 
 // EncodeFailover encodes a failover message.
