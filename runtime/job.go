@@ -231,7 +231,7 @@ func (p *partition) run() {
 			batches, closed := p.q.take(buf)
 			buf = batches
 			if len(batches) == 0 {
-				if again := p.op.idle(closed); again > 0 && p.wake.CompareAndSwap(false, true) {
+				if again := p.idle(closed); again > 0 && p.wake.CompareAndSwap(false, true) {
 					time.AfterFunc(again, func() {
 						p.wake.Store(false)
 						select {

@@ -25,6 +25,14 @@ func (j *logregJob) SetFT(f runtime.FT) {
 	j.merge.tracker = learners.NewTracker(j.model)
 }
 
+// WithState runs fn serialised with merges (runtime.Serialising): the
+// engine backs a job up that has gone idle.
+func (j *logregJob) WithState(fn func()) {
+	j.merge.Lock()
+	defer j.merge.Unlock()
+	fn()
+}
+
 // Unacked is Γ's count: learned by partition i, not yet merged.
 func (j *logregJob) Unacked(i int) int64 { return j.parts[i].unacked.Load() }
 
