@@ -82,6 +82,11 @@ type jobFT struct {
 	// the recovery give up; nil: never.
 	abort *atomic.Bool
 
+	// historyMu orders the chart history's writes (history.go) before
+	// the job's end: none after close, whose storage may be removed next.
+	historyMu   sync.Mutex
+	historyDone bool
+
 	// reqs tracks, in mode exact, the requests over several partitions
 	// until their parts are all in written backups: see requests.
 	reqs requests
@@ -652,9 +657,23 @@ func (f *jobFT) write(req backupReq) {
 	}
 }
 
+// writeHistory replaces the job's chart history file, unless the job
+// has ended.
+func (f *jobFT) writeHistory(data []byte) error {
+	f.historyMu.Lock()
+	defer f.historyMu.Unlock()
+	if f.historyDone {
+		return nil
+	}
+	return f.storage.WriteMeta(historyFile, data, false)
+}
+
 // close takes a last full backup of the drained state, waits for the
 // writer, and marks the shutdown clean.
 func (f *jobFT) close() {
+	f.historyMu.Lock()
+	f.historyDone = true
+	f.historyMu.Unlock()
 	f.mu.Lock()
 	f.closing = true
 	f.mu.Unlock()

@@ -188,6 +188,7 @@ func (j *Job) start(hub *Hub) error {
 			j.ft.closeFiles()
 			return err
 		}
+		j.loadHistory()
 		if rep.Backups > 0 || rep.Replayed > 0 || rep.Lost > 0 || len(rep.Skipped) > 0 {
 			for _, p := range j.parts {
 				p.group.restart()
@@ -215,6 +216,7 @@ func (j *Job) stop() {
 	}
 	j.wg.Wait()
 	if j.ft != nil {
+		j.saveHistory()
 		j.ft.close()
 	}
 }
@@ -367,6 +369,7 @@ func (j *Job) sample(now time.Time) {
 		x.kind = c.ChartValues(nil)
 	}
 	j.samples.add(x)
+	j.saveHistoryDue(now)
 }
 
 // JobStatus is the live view of a job served by GET /v1/jobs/{job}.
