@@ -84,35 +84,42 @@ func topNames(t *testing.T, j *Job) []string {
 	return names
 }
 
-// The feature names come back with the state, after a restart (full
-// backup) as after a crash (delta backups).
-func TestFeatureNamesSurviveARestart(t *testing.T) {
+// eachRestart runs body as a subtest over a fresh data directory and a
+// started job of ftJobSpec, for a graceful restart and for a crash.
+func eachRestart(t *testing.T, body func(t *testing.T, dir string, e *Engine, j *Job, graceful bool)) {
 	for _, graceful := range []bool{true, false} {
 		t.Run(map[bool]string{true: "restart", false: "crash"}[graceful], func(t *testing.T) {
 			dir := t.TempDir()
-			spec := ftJobSpec(ft.ModeApprox, 40)
 			e := ftEngine(t, dir)
-			j := mustPut(t, e, spec)
+			j := mustPut(t, e, ftJobSpec(ft.ModeApprox, 40))
 			waitFullBackup(t, j)
-			feedQuietly(t, e, j, 0, 400, 10)
-			before := topNames(t, j)
-			if len(before) == 0 {
-				t.Fatal("no names before the restart")
-			}
-			if graceful {
-				if err := e.Close(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				waitIdle(t, j)
-				j.Pause()
-			}
-			e1 := ftEngine(t, dir)
-			defer e1.Close(context.Background())
-			j1 := mustPut(t, e1, spec)
-			if after := topNames(t, j1); len(after) == 0 {
-				t.Fatalf("no names after the restart (%v before)", before)
-			}
+			body(t, dir, e, j, graceful)
 		})
 	}
+}
+
+// The feature names come back with the state, after a restart (full
+// backup) as after a crash (delta backups).
+func TestFeatureNamesSurviveARestart(t *testing.T) {
+	eachRestart(t, func(t *testing.T, dir string, e *Engine, j *Job, graceful bool) {
+		feedQuietly(t, e, j, 0, 400, 10)
+		before := topNames(t, j)
+		if len(before) == 0 {
+			t.Fatal("no names before the restart")
+		}
+		if graceful {
+			if err := e.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			waitIdle(t, j)
+			j.Pause()
+		}
+		e1 := ftEngine(t, dir)
+		defer e1.Close(context.Background())
+		j1 := mustPut(t, e1, j.spec)
+		if after := topNames(t, j1); len(after) == 0 {
+			t.Fatalf("no names after the restart (%v before)", before)
+		}
+	})
 }

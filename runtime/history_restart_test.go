@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/mlstream/mlstream/ft"
 )
 
 // hasPointsAt says whether the history holds points at each of times.
@@ -26,32 +24,25 @@ func hasPointsAt(h []HistoryPoint, times ...time.Time) bool {
 // (what the last write held: it is written at the first sample, every
 // historySaveEvery and at a graceful stop).
 func TestHistorySurvivesARestart(t *testing.T) {
-	for _, graceful := range []bool{true, false} {
-		t.Run(map[bool]string{true: "restart", false: "crash"}[graceful], func(t *testing.T) {
-			dir := t.TempDir()
-			spec := ftJobSpec(ft.ModeApprox, 40)
-			e := ftEngine(t, dir)
-			j := mustPut(t, e, spec)
-			waitFullBackup(t, j)
-			t0 := time.Now().Add(time.Hour).Truncate(time.Second) // past any save the engine made
-			at := []time.Time{t0}
-			if graceful {
-				at = append(at, t0.Add(time.Second), t0.Add(2*time.Second))
+	eachRestart(t, func(t *testing.T, dir string, e *Engine, j *Job, graceful bool) {
+		t0 := time.Now().Add(time.Hour).Truncate(time.Second) // past any save the engine made
+		at := []time.Time{t0}
+		if graceful {
+			at = append(at, t0.Add(time.Second), t0.Add(2*time.Second))
+		}
+		for _, now := range at {
+			j.sample(now)
+		}
+		if graceful {
+			if err := e.Close(context.Background()); err != nil {
+				t.Fatal(err)
 			}
-			for _, now := range at {
-				j.sample(now)
-			}
-			if graceful {
-				if err := e.Close(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-			}
-			e1 := ftEngine(t, dir) // after a crash, e is abandoned
-			defer e1.Close(context.Background())
-			j1 := mustPut(t, e1, spec)
-			if h := j1.History(); !hasPointsAt(h, at...) {
-				t.Fatalf("after the restart the history has %d points, not those at %v", len(h), at)
-			}
-		})
-	}
+		}
+		e1 := ftEngine(t, dir) // after a crash, e is abandoned
+		defer e1.Close(context.Background())
+		j1 := mustPut(t, e1, j.spec)
+		if h := j1.History(); !hasPointsAt(h, at...) {
+			t.Fatalf("after the restart the history has %d points, not those at %v", len(h), at)
+		}
+	})
 }
