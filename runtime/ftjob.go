@@ -448,13 +448,13 @@ func (f *jobFT) idled(part int, processed uint64, now time.Time) time.Duration {
 	return 0
 }
 
-// changedSinceBackup says whether events were folded into the unit, or
-// its state moved, since its last backup.
+// changedSinceBackup says whether events were folded into the unit since
+// its last backup. (Not its divergence: a kind's may take the lock its
+// merges take, and a partition goes idle often.)
 func (u *stateUnit) changedSinceBackup() bool {
 	u.f.mu.Lock()
-	changed := u.sinceBackup > 0 || u.atRisk > 0
-	u.f.mu.Unlock()
-	return changed || u.liveDivergence() > 0
+	defer u.f.mu.Unlock()
+	return u.sinceBackup > 0 || u.atRisk > 0
 }
 
 // windowEnded takes a backup of the unit at the end of one of its
