@@ -1,5 +1,11 @@
 package learners
 
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
 // Page-Hinkley defaults. River's min_instances and delta; its threshold 50
 // and alpha 0.9999 signalled drifts in stationary generated streams (the
 // per-event log loss varies a lot), so the threshold is doubled and past
@@ -78,4 +84,38 @@ func (d *PageHinkley) UpdateLoss(loss float64) bool {
 // (the parameters stay).
 func (d *PageHinkley) Reset() {
 	d.n, d.mean, d.sum, d.min = 0, 0, 0, 0
+}
+
+// pageHinkleyBytes is the size of a detector's state in a backup.
+const pageHinkleyBytes = 32
+
+// MarshalBinary encodes what the detector has seen since its last drift
+// (not its parameters, which the job's spec sets), for backups.
+func (d *PageHinkley) MarshalBinary() ([]byte, error) {
+	b := make([]byte, 0, pageHinkleyBytes)
+	b = binary.LittleEndian.AppendUint64(b, uint64(d.n))
+	for _, v := range []float64{d.mean, d.sum, d.min} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return b, nil
+}
+
+// UnmarshalBinary restores what MarshalBinary wrote.
+func (d *PageHinkley) UnmarshalBinary(data []byte) error {
+	if len(data) != pageHinkleyBytes {
+		return fmt.Errorf("learners: drift detector state of %d bytes, want %d", len(data), pageHinkleyBytes)
+	}
+	n := int64(binary.LittleEndian.Uint64(data))
+	var v [3]float64
+	for i := range v {
+		v[i] = math.Float64frombits(binary.LittleEndian.Uint64(data[8+8*i:]))
+		if !finite(v[i]) {
+			return fmt.Errorf("learners: drift detector state holds %v", v[i])
+		}
+	}
+	if n < 0 {
+		return fmt.Errorf("learners: drift detector state counts %d values", n)
+	}
+	d.n, d.mean, d.sum, d.min = n, v[0], v[1], v[2]
+	return nil
 }

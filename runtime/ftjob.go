@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,10 @@ type stateful interface {
 	// recovered is called once the backup chain is applied (or none
 	// was): the state holds the events up to seqs, per partitions().
 	recovered(seqs []uint64)
+	// withState runs fn serialised with the kind's changes to the state,
+	// from the goroutine of one of partitions(); it does not run fn when
+	// the kind offers no way to.
+	withState(fn func())
 }
 
 // jobFT is a job's fault-tolerance machinery, after AF-Stream: the state
@@ -76,6 +81,11 @@ type jobFT struct {
 	// abort, when set (by a DeleteJob of the job being created), makes
 	// the recovery give up; nil: never.
 	abort *atomic.Bool
+
+	// historyMu orders the chart history's writes (history.go) before
+	// the job's end: none after close, whose storage may be removed next.
+	historyMu   sync.Mutex
+	historyDone bool
 
 	// reqs tracks, in mode exact, the requests over several partitions
 	// until their parts are all in written backups: see requests.
@@ -134,6 +144,11 @@ type partFT struct {
 	pending  []*batch // the batches holding them, oldest first (mode approx)
 	buf      []byte
 	frame    ft.Frame
+
+	// The partition goroutine's: its processed count when it was last
+	// found idle, and since when it has been idle.
+	idleSeen uint64
+	idleFrom time.Time
 }
 
 var _ batchLogger = (*partFT)(nil)
@@ -384,6 +399,64 @@ func (u *stateUnit) merged(events, unlogged int, processed int64) {
 	}
 }
 
+// idleBackupAfter is how long a partition stays idle before the state
+// holding its events is backed up, whatever θ and l say: a job that went
+// quiet has then nothing at risk, and a restart replays nothing of it.
+const idleBackupAfter = time.Second
+
+// idle is the operator's idle and, with fault tolerance, the backup of
+// state gone idle; it returns when to be called again.
+func (p *partition) idle(final bool) time.Duration {
+	again := p.op.idle(final)
+	if f := p.job.ft; f != nil && !final && !p.retired.Load() {
+		if wait := f.idled(p.index, p.processed.Load(), time.Now()); wait > 0 && (again == 0 || wait < again) {
+			again = wait
+		}
+	}
+	return again
+}
+
+// idled is called by partition part's goroutine when its queue ran dry,
+// after processed events: once it has been idle for idleBackupAfter, the
+// units holding its events are backed up if anything was folded into them
+// since their last backup. It returns how long to wait before calling
+// again, 0 for no need.
+func (f *jobFT) idled(part int, processed uint64, now time.Time) time.Duration {
+	pf := f.parts[part]
+	if processed != pf.idleSeen || pf.idleFrom.IsZero() {
+		pf.idleSeen, pf.idleFrom = processed, now
+	}
+	var due []*stateUnit
+	for _, u := range f.units {
+		if slices.Contains(u.parts, part) && u.changedSinceBackup() {
+			due = append(due, u)
+		}
+	}
+	if len(due) == 0 {
+		return 0
+	}
+	if wait := idleBackupAfter - now.Sub(pf.idleFrom); wait > 0 {
+		return wait
+	}
+	for _, u := range due {
+		u.op.withState(func() {
+			if u.changedSinceBackup() {
+				u.backup(false, u.op.StateDivergence())
+			}
+		})
+	}
+	return 0
+}
+
+// changedSinceBackup says whether events were folded into the unit since
+// its last backup. (Not its divergence: a kind's may take the lock its
+// merges take, and a partition goes idle often.)
+func (u *stateUnit) changedSinceBackup() bool {
+	u.f.mu.Lock()
+	defer u.f.mu.Unlock()
+	return u.sinceBackup > 0 || u.atRisk > 0
+}
+
 // windowEnded takes a backup of the unit at the end of one of its
 // event-time windows and resets its thresholds (a hopping window).
 func (u *stateUnit) windowEnded() {
@@ -584,9 +657,23 @@ func (f *jobFT) write(req backupReq) {
 	}
 }
 
+// writeHistory replaces the job's chart history file, unless the job
+// has ended.
+func (f *jobFT) writeHistory(data []byte) error {
+	f.historyMu.Lock()
+	defer f.historyMu.Unlock()
+	if f.historyDone {
+		return nil
+	}
+	return f.storage.WriteMeta(historyFile, data, false)
+}
+
 // close takes a last full backup of the drained state, waits for the
 // writer, and marks the shutdown clean.
 func (f *jobFT) close() {
+	f.historyMu.Lock()
+	f.historyDone = true
+	f.historyMu.Unlock()
 	f.mu.Lock()
 	f.closing = true
 	f.mu.Unlock()

@@ -1,6 +1,9 @@
 package runtime
 
 import (
+	"encoding/json"
+	"errors"
+	"io/fs"
 	"math"
 	"strconv"
 	"time"
@@ -53,11 +56,24 @@ func (v ChartValue) MarshalJSON() ([]byte, error) {
 	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
 }
 
+// UnmarshalJSON reads null as NaN, as MarshalJSON wrote it.
+func (v *ChartValue) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*v = ChartValue(math.NaN())
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	*v = ChartValue(f)
+	return err
+}
+
 // history is a ring of the last HistoryLen points; its sampler's mutex
 // guards it.
 type history struct {
 	points []HistoryPoint // grows to HistoryLen, then wraps
 	next   int
+	// savedAt is when the points were last written to the job's storage.
+	savedAt time.Time
 }
 
 func (h *history) add(p HistoryPoint) {
@@ -109,3 +125,81 @@ func (j *Job) HistorySeries() []string {
 
 // HistoryInterval is the time between two history points.
 const HistoryInterval = time.Second
+
+// A job with fault tolerance keeps its history across restarts: in the
+// job file historyFile of its storage (checksummed, as the recovery
+// history is), written every historySaveEvery and at a graceful stop, and
+// read back at its start. A crash loses at most the last
+// historySaveEvery of it; the gap shows in the points' times. A job
+// without fault tolerance keeps nothing on disk and starts its history
+// afresh.
+const (
+	historyFile      = "history.json"
+	historySaveEvery = 10 * time.Second
+)
+
+// saveHistoryDue writes the history when it was last written
+// historySaveEvery before now.
+func (j *Job) saveHistoryDue(now time.Time) {
+	if j.ft == nil {
+		return
+	}
+	s := &j.samples
+	s.mu.Lock()
+	due := now.Sub(s.hist.savedAt) >= historySaveEvery
+	if due {
+		s.hist.savedAt = now
+	}
+	s.mu.Unlock()
+	if due {
+		j.saveHistory()
+	}
+}
+
+// saveHistory writes the history to the job's storage; failing to only
+// logs (the history is for people).
+func (j *Job) saveHistory() {
+	if j.ft == nil {
+		return
+	}
+	data, err := json.Marshal(j.History())
+	if err == nil {
+		err = j.ft.writeHistory(data)
+	}
+	if err != nil {
+		j.ft.log.Warn("writing the chart history", "job", j.spec.Name, "err", err)
+	}
+}
+
+// loadHistory reads the history a previous run of the job wrote, before
+// its first sample. Points of another shape of the kind's series (their
+// count) lose those series; a damaged file is logged and passed over.
+func (j *Job) loadHistory() {
+	if j.ft == nil {
+		return
+	}
+	data, _, err := j.ft.storage.ReadMeta(historyFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	var points []HistoryPoint
+	if err == nil {
+		err = json.Unmarshal(data, &points)
+	}
+	if err != nil {
+		j.ft.log.Warn("damaged chart history: starting a new one", "job", j.spec.Name, "err", err)
+		return
+	}
+	series := len(j.HistorySeries())
+	for i := range points {
+		if len(points[i].Kind) != series {
+			points[i].Kind = nil
+		}
+	}
+	s := &j.samples
+	s.mu.Lock()
+	for _, p := range points[max(len(points)-HistoryLen, 0):] {
+		s.hist.add(p)
+	}
+	s.mu.Unlock()
+}

@@ -191,6 +191,7 @@ func (j *Job) start(hub *Hub) error {
 			j.ft.closeFiles()
 			return err
 		}
+		j.loadHistory()
 		if rep.Backups > 0 || rep.Replayed > 0 || rep.Lost > 0 || len(rep.Skipped) > 0 || len(rep.Quarantined) > 0 || len(rep.Repaired) > 0 {
 			for _, p := range j.parts {
 				p.group.restart()
@@ -218,6 +219,7 @@ func (j *Job) stop() {
 	}
 	j.wg.Wait()
 	if j.ft != nil {
+		j.saveHistory()
 		j.ft.close()
 	}
 }
@@ -234,7 +236,7 @@ func (p *partition) run() {
 			batches, closed := p.q.take(buf)
 			buf = batches
 			if len(batches) == 0 {
-				if again := p.op.idle(closed); again > 0 && p.wake.CompareAndSwap(false, true) {
+				if again := p.idle(closed); again > 0 && p.wake.CompareAndSwap(false, true) {
 					time.AfterFunc(again, func() {
 						p.wake.Store(false)
 						select {
@@ -370,6 +372,7 @@ func (j *Job) sample(now time.Time) {
 		x.kind = c.ChartValues(nil)
 	}
 	j.samples.add(x)
+	j.saveHistoryDue(now)
 }
 
 // JobStatus is the live view of a job served by GET /v1/jobs/{job}.

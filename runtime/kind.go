@@ -241,7 +241,7 @@ type ShedTotals interface {
 
 // Unit is one unit of state under fault tolerance: ft.Stateful plus what
 // the engine needs to know of its events. A unit may also implement
-// LiveDiverging and Compensating.
+// LiveDiverging, Compensating and Serialising.
 type Unit interface {
 	ft.Stateful
 	// Partitions are the partitions whose events the state holds.
@@ -266,6 +266,12 @@ type (
 	Compensating interface {
 		Compensate(theta float64, lost int64)
 	}
+	// Serialising is a unit of several partitions that lets the engine
+	// back it up outside a Merged call: WithState runs fn serialised
+	// with the kind's changes to the state (its merges), as Merged is. A
+	// unit of one partition needs none (its goroutine calls); without
+	// it, a unit of several is backed up only from Merged.
+	Serialising interface{ WithState(fn func()) }
 )
 
 // FT is a job's fault tolerance as its kind sees it.
@@ -535,6 +541,17 @@ func (u *unitAdapter) liveDivergence() float64 {
 		return l.LiveDivergence()
 	}
 	return 0
+}
+
+// withState runs fn at once for a unit of one partition, whose goroutine
+// alone changes it; a unit of several runs it under the kind's
+// serialisation (Serialising), or not at all.
+func (u *unitAdapter) withState(fn func()) {
+	if s, ok := u.Unit.(Serialising); ok {
+		s.WithState(fn)
+	} else if len(u.Partitions()) == 1 {
+		fn()
+	}
 }
 
 func (u *unitAdapter) compensate(theta float64, lost int64) {

@@ -1,6 +1,9 @@
 package logreg
 
 import (
+	"encoding/json"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,7 +12,9 @@ import (
 )
 
 // TypeDrift is the message of a drift: a partition's Page-Hinkley detector
-// saw its per-event log loss rise.
+// saw its per-event log loss rise. The message is sent once per drift of
+// the job, by the partition that saw it first: the others that see the
+// same change join it (drifts.noticed) and are named in the status.
 const TypeDrift = "drift"
 
 // Drift is a drift message: ts is the event's that completed the drift,
@@ -117,16 +122,22 @@ type DriftStatus struct {
 
 // LastDrift is the latest drift: when it was noticed (wall clock), the
 // event time and sequence number of the event that completed it, and the
-// partition's count of labelled events then.
+// partition's count of labelled events then, for the partition that saw it
+// first; Partitions are all those that saw it, in the order they did.
 type LastDrift struct {
-	At        time.Time `json:"at"`
-	TS        int64     `json:"ts"`
-	Seq       uint64    `json:"seq"`
-	Partition int       `json:"partition"`
-	Events    int64     `json:"events"`
+	At         time.Time `json:"at"`
+	TS         int64     `json:"ts"`
+	Seq        uint64    `json:"seq"`
+	Partition  int       `json:"partition"`
+	Events     int64     `json:"events"`
+	Partitions []int     `json:"partitions"`
 }
 
-// drifts counts a job's drifts, for the status and /metrics.
+// drifts counts a job's drifts, for the status and /metrics. Each
+// partition has its own detector, and a change of the stream shows in all
+// of them: a partition's drift joins the job's last one when the partition
+// has validated at most a recent window of events (the job's window) since
+// that drift was first seen, and did not see it yet. It counts once.
 type drifts struct {
 	onDrift string
 	count   atomic.Int64
@@ -134,16 +145,35 @@ type drifts struct {
 	epoch   atomic.Uint64 // grows with each action: partitions restart their detectors
 	mu      sync.Mutex
 	last    *LastDrift
+	// openAt holds each partition's count of validated events (as last
+	// published) when the last drift was first seen; under mu.
+	openAt []int64
 }
 
-// noticed records a drift found by partition part at record r.
-func (d *drifts) noticed(part int, r *runtime.Record, events int64) (LastDrift, int64) {
-	last := LastDrift{At: time.Now().UTC(), TS: r.TS, Seq: r.Seq, Partition: part, Events: events}
+// noticed records a drift found by partition part at record r, after it
+// validated events: a new drift of the job, or one seen already by other
+// partitions (joined). span is how many events a partition may validate
+// after a drift was first seen and still join it; validated reads each
+// partition's published count.
+func (d *drifts) noticed(part int, r *runtime.Record, events, span int64, validated []int64) (last LastDrift, n int64, joined bool) {
 	d.mu.Lock()
-	n := d.count.Add(1)
-	d.last = &last
-	d.mu.Unlock()
-	return last, n
+	defer d.mu.Unlock()
+	if l := d.last; l != nil && part < len(d.openAt) && !slices.Contains(l.Partitions, part) && events-d.openAt[part] <= span {
+		l.Partitions = append(l.Partitions, part)
+		return l.clone(), d.count.Load(), true
+	}
+	d.last = &LastDrift{At: time.Now().UTC(), TS: r.TS, Seq: r.Seq, Partition: part, Events: events, Partitions: []int{part}}
+	d.openAt = validated
+	if part < len(d.openAt) {
+		d.openAt[part] = events
+	}
+	return d.last.clone(), d.count.Add(1), false
+}
+
+func (l *LastDrift) clone() LastDrift {
+	c := *l
+	c.Partitions = slices.Clone(l.Partitions)
+	return c
 }
 
 func (d *drifts) status() *DriftStatus {
@@ -151,10 +181,53 @@ func (d *drifts) status() *DriftStatus {
 	defer d.mu.Unlock()
 	st := &DriftStatus{Detector: "page_hinkley", OnDrift: d.onDrift, Drifts: d.count.Load(), Actions: d.resets.Load()}
 	if d.last != nil {
-		last := *d.last
+		last := d.last.clone()
 		st.Last = &last
 	}
 	return st
+}
+
+// driftState is the job's drift counts in a backup (ft.go): a recovery
+// brings back the count, the last drift and what later partitions may join.
+type driftState struct {
+	Count   int64      `json:"count"`
+	Actions int64      `json:"actions"`
+	Epoch   uint64     `json:"epoch"`
+	Last    *LastDrift `json:"last,omitempty"`
+	OpenAt  []int64    `json:"open_at,omitempty"`
+}
+
+func (d *drifts) marshal() ([]byte, error) {
+	d.mu.Lock()
+	st := driftState{Count: d.count.Load(), Actions: d.resets.Load(), Epoch: d.epoch.Load(), OpenAt: d.openAt}
+	if d.last != nil {
+		last := d.last.clone()
+		st.Last = &last
+	}
+	data, err := json.Marshal(st)
+	d.mu.Unlock()
+	return data, err
+}
+
+// parseDrifts reads what marshal wrote, for a job of nparts partitions.
+func parseDrifts(data []byte, nparts int) (driftState, error) {
+	var st driftState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, fmt.Errorf("logreg state: drifts: %w", err)
+	}
+	if st.Count < 0 || st.Actions < 0 || len(st.OpenAt) > nparts || st.Last != nil && len(st.Last.Partitions) > nparts {
+		return st, fmt.Errorf("logreg state: drifts: %d drifts, %d actions, %d partitions", st.Count, st.Actions, len(st.OpenAt))
+	}
+	return st, nil
+}
+
+func (d *drifts) restore(st driftState) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.count.Store(st.Count)
+	d.resets.Store(st.Actions)
+	d.epoch.Store(st.Epoch)
+	d.last, d.openAt = st.Last, st.OpenAt
 }
 
 // observeDrift feeds the partition's detector the log loss of the
@@ -165,8 +238,16 @@ func (p *logregPart) observeDrift(r *runtime.Record) {
 	if !p.drift.UpdateLoss(p.prog.LastLoss()) {
 		return
 	}
-	d := &p.job.drifts
-	last, n := d.noticed(p.index, r, p.prog.Count())
+	j := p.job
+	validated := make([]int64, len(j.parts))
+	for i, q := range j.parts {
+		validated[i] = q.validated.Load()
+	}
+	d := &j.drifts
+	last, n, joined := d.noticed(p.index, r, p.prog.Count(), int64(j.window), validated)
+	if joined {
+		return // counted, announced and acted on when first seen
+	}
 	if p.out.Wants(TypeDrift) {
 		p.out.PublishValue(Drift{Envelope: p.out.Envelope(TypeDrift, r.TS), Partition: p.index, Seq: last.Seq,
 			Events: last.Events, Drifts: n, OnDrift: d.onDrift})

@@ -1,6 +1,7 @@
 package logreg
 
 import (
+	"encoding"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -10,7 +11,8 @@ import (
 )
 
 // The fault-tolerance hooks of logreg (ft.Stateful). The state is the
-// global model plus every partition's progressive metrics; its divergence
+// global model plus every partition's progressive metrics and drift
+// detector, the job's drift counts and its feature names; its divergence
 // is the Euclidean distance of the weights from the last backup, kept by a
 // learners.Tracker at each merge. The hooks run under j.merge, or before
 // the partitions start, or after they stopped.
@@ -21,6 +23,14 @@ func (j *logregJob) Units() []runtime.Unit { return []runtime.Unit{j} }
 func (j *logregJob) SetFT(f runtime.FT) {
 	j.ft = f
 	j.merge.tracker = learners.NewTracker(j.model)
+}
+
+// WithState runs fn serialised with merges (runtime.Serialising): the
+// engine backs a job up that has gone idle.
+func (j *logregJob) WithState(fn func()) {
+	j.merge.Lock()
+	defer j.merge.Unlock()
+	fn()
 }
 
 // Unacked is Γ's count: learned by partition i, not yet merged.
@@ -67,36 +77,67 @@ func (j *logregJob) Recovered(seqs []uint64) {
 	j.restorePending()
 }
 
-// BackupState writes: a partition count (uint32), then per partition its
-// progressive metrics (uint32 length + bytes), then the model snapshot:
-// full, or the slots changed since the last backup, then the pending
-// predictions of delayed labels (labels_ft.go). Deltas carry no
-// metrics (count 0): they are a few hundred kilobytes that do not bound
-// any error, and the next full backup brings them up to date.
+// The backup format. Version 2 begins with stateMarker (version 1 began
+// with a partition count, which is never that) and the version, then:
+//
+//	uint32  1 for a full backup, 0 for a delta
+//	uint32  partitions n, in full and delta backups alike
+//	n ×     chunk: the partition's progressive metrics (learners.Progressive)
+//	        chunk: its drift detector (learners.PageHinkley)
+//	chunk   the job's drift counts (driftState, JSON)
+//	chunk   the feature names (namesBackup, JSON): all, or the slots
+//	        changed since the last backup
+//	        the model snapshot: full, or the slots changed since the
+//	        last backup (learners.Model.WriteDelta)
+//	        the pending predictions of delayed labels (labels_ft.go)
+//
+// A chunk is a uint32 length and its bytes. The metrics and drift state are
+// those of each partition's last merge, so they hold exactly the events
+// the model holds; they are a few hundred kilobytes at most (the recent
+// window's events), small next to a model's weights. Version 1 had the
+// metrics in full backups only and neither drift state nor names.
+const (
+	stateMarker  = ^uint32(0)
+	stateVersion = 2
+	// maxChunk bounds a chunk read back: the largest is a partition's
+	// metrics, 12 bytes per event of a window of at most maxLogregWindow.
+	maxChunk = 1 << 30
+)
+
+// partMetrics is a partition's metrics and drift detector as of its last
+// merge.
+type partMetrics struct {
+	prog  *learners.Progressive
+	drift learners.PageHinkley
+}
+
+// commitMetrics keeps the partition's metrics and detector as the model
+// now holds its events, for backups; under j.merge, from the partition's
+// goroutine.
+func (p *logregPart) commitMetrics() {
+	if p.committed == nil {
+		p.committed = &partMetrics{prog: learners.NewProgressive(p.job.window)}
+	}
+	p.prog.CopyTo(p.committed.prog)
+	p.committed.drift = *p.drift
+}
+
+// BackupState writes the job's state in the format's version 2.
 func (j *logregJob) BackupState(w io.Writer, full bool) error {
-	var hdr [4]byte
-	n := len(j.parts)
-	if !full {
-		n = 0
+	bw := &chunkWriter{w: w}
+	bw.word(stateMarker)
+	bw.word(stateVersion)
+	bw.word(boolWord(full))
+	bw.word(uint32(len(j.parts)))
+	for _, p := range j.parts {
+		prog, drift := p.backupMetrics()
+		bw.marshal(prog)
+		bw.marshal(drift)
 	}
-	binary.LittleEndian.PutUint32(hdr[:], uint32(n))
-	if _, err := w.Write(hdr[:]); err != nil {
-		return err
-	}
-	for _, p := range j.parts[:n] {
-		p.pub.Lock()
-		data, err := p.pub.snap.MarshalBinary()
-		p.pub.Unlock()
-		if err != nil {
-			return err
-		}
-		binary.LittleEndian.PutUint32(hdr[:], uint32(len(data)))
-		if _, err := w.Write(hdr[:]); err != nil {
-			return err
-		}
-		if _, err := w.Write(data); err != nil {
-			return err
-		}
+	bw.chunk(j.drifts.marshal())
+	bw.chunk(j.names.backup(full))
+	if bw.err != nil {
+		return bw.err
 	}
 	if full {
 		if _, err := j.model.WriteTo(w); err != nil {
@@ -113,45 +154,183 @@ func (j *logregJob) BackupState(w io.Writer, full bool) error {
 	return j.backupPending(w, false)
 }
 
-// RecoverState applies one backup written by BackupState.
-func (j *logregJob) RecoverState(r io.Reader) error {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return fmt.Errorf("logreg state: %w", err)
+// backupMetrics is what a backup holds of the partition's metrics: those
+// of its last merge, or, before any, the published ones (those recovered,
+// or another node's in cluster mode).
+func (p *logregPart) backupMetrics() (encoding.BinaryMarshaler, encoding.BinaryMarshaler) {
+	if c := p.committed; c != nil {
+		return c.prog, &c.drift
 	}
-	n := int(binary.LittleEndian.Uint32(hdr[:]))
+	p.pub.Lock()
+	prog := p.pub.snap.Clone()
+	p.pub.Unlock()
+	// The live detector is the partition goroutine's: a fresh one is what
+	// a partition that merged nothing has.
+	return prog, learners.NewPageHinkley()
+}
+
+// RecoverState applies one backup written by BackupState, of either
+// version.
+func (j *logregJob) RecoverState(r io.Reader) error {
+	br := &chunkReader{r: r}
+	n := br.word()
+	if br.err == nil && n == stateMarker {
+		if v := br.word(); br.err == nil && v != stateVersion {
+			return fmt.Errorf("logreg state: unknown version %d", v)
+		}
+		return j.recoverV2(br)
+	}
+	if br.err != nil {
+		return br.err
+	}
+	return j.recoverV1(br, int(n))
+}
+
+// recoverV2 reads a version 2 backup after its version.
+func (j *logregJob) recoverV2(br *chunkReader) error {
+	full := br.word() == 1
+	if n := int(br.word()); br.err == nil && n != len(j.parts) {
+		return fmt.Errorf("logreg state: %d partitions, the job has %d", n, len(j.parts))
+	}
+	parts := make([]partMetrics, len(j.parts))
+	for i := range parts {
+		parts[i].prog = learners.NewProgressive(j.window)
+		br.unmarshal(parts[i].prog)
+		parts[i].drift = *j.parts[i].drift
+		br.unmarshal(&parts[i].drift)
+	}
+	driftData, namesData := br.chunk(), br.chunk()
+	if br.err != nil {
+		return br.err
+	}
+	drifts, err := parseDrifts(driftData, len(j.parts))
+	if err != nil {
+		return err
+	}
+	if _, err := j.model.ReadFrom(br.r); err != nil {
+		return err
+	}
+	if err := j.recoverPending(br.r); err != nil {
+		return err
+	}
+	if err := j.names.restore(namesData, j.model.Slots(), full); err != nil {
+		return err
+	}
+	j.drifts.restore(drifts)
+	for i, p := range j.parts {
+		p.restoreMetrics(parts[i].prog, &parts[i].drift)
+	}
+	return nil
+}
+
+// recoverV1 reads a version 1 backup after its partition count n: its
+// metrics (full backups only), model and pending predictions.
+func (j *logregJob) recoverV1(br *chunkReader, n int) error {
 	if n != 0 && n != len(j.parts) {
 		return fmt.Errorf("logreg state: %d partitions, the job has %d", n, len(j.parts))
 	}
 	progs := make([]*learners.Progressive, n)
 	for i := range progs {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return fmt.Errorf("logreg state: %w", err)
-		}
-		n := binary.LittleEndian.Uint32(hdr[:])
-		if n > 1<<30 {
-			return fmt.Errorf("logreg state: metrics of %d bytes", n)
-		}
-		data := make([]byte, n)
-		if _, err := io.ReadFull(r, data); err != nil {
-			return fmt.Errorf("logreg state: %w", err)
-		}
 		progs[i] = learners.NewProgressive(j.window)
-		if err := progs[i].UnmarshalBinary(data); err != nil {
-			return err
-		}
+		br.unmarshal(progs[i])
 	}
-	if _, err := j.model.ReadFrom(r); err != nil {
+	if br.err != nil {
+		return br.err
+	}
+	if _, err := j.model.ReadFrom(br.r); err != nil {
 		return err
 	}
-	if err := j.recoverPending(r); err != nil {
+	if err := j.recoverPending(br.r); err != nil {
 		return err
 	}
 	for i, p := range j.parts[:n] {
-		p.prog = progs[i]
-		p.pub.Lock()
-		p.pub.snap = progs[i].Clone()
-		p.pub.Unlock()
+		p.restoreMetrics(progs[i], p.drift)
 	}
 	return nil
+}
+
+// restoreMetrics makes prog and drift the partition's metrics and
+// detector, as of the state recovered.
+func (p *logregPart) restoreMetrics(prog *learners.Progressive, drift *learners.PageHinkley) {
+	p.prog = prog
+	*p.drift = *drift
+	p.pub.Lock()
+	p.pub.snap = prog.Clone()
+	p.pub.Unlock()
+	p.validated.Store(prog.Count())
+	p.committed = &partMetrics{prog: prog.Clone(), drift: *drift}
+}
+
+func boolWord(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// chunkWriter writes words and chunks, keeping the first error.
+type chunkWriter struct {
+	w   io.Writer
+	err error
+	hdr [4]byte
+}
+
+func (c *chunkWriter) word(v uint32) {
+	if c.err == nil {
+		binary.LittleEndian.PutUint32(c.hdr[:], v)
+		_, c.err = c.w.Write(c.hdr[:])
+	}
+}
+
+func (c *chunkWriter) chunk(data []byte, err error) {
+	if c.err == nil {
+		c.err = err
+	}
+	c.word(uint32(len(data)))
+	if c.err == nil {
+		_, c.err = c.w.Write(data)
+	}
+}
+
+func (c *chunkWriter) marshal(m encoding.BinaryMarshaler) { c.chunk(m.MarshalBinary()) }
+
+// chunkReader reads what chunkWriter wrote, keeping the first error.
+type chunkReader struct {
+	r   io.Reader
+	err error
+	hdr [4]byte
+}
+
+func (c *chunkReader) word() uint32 {
+	if c.err != nil {
+		return 0
+	}
+	if _, err := io.ReadFull(c.r, c.hdr[:]); err != nil {
+		c.err = fmt.Errorf("logreg state: %w", err)
+		return 0
+	}
+	return binary.LittleEndian.Uint32(c.hdr[:])
+}
+
+func (c *chunkReader) chunk() []byte {
+	n := c.word()
+	if c.err != nil {
+		return nil
+	}
+	if n > maxChunk {
+		c.err = fmt.Errorf("logreg state: a part of %d bytes", n)
+		return nil
+	}
+	data := make([]byte, n)
+	if _, err := io.ReadFull(c.r, data); err != nil {
+		c.err = fmt.Errorf("logreg state: %w", err)
+	}
+	return data
+}
+
+func (c *chunkReader) unmarshal(u encoding.BinaryUnmarshaler) {
+	data := c.chunk()
+	if c.err == nil {
+		c.err = u.UnmarshalBinary(data)
+	}
 }

@@ -293,7 +293,13 @@ type logregPart struct {
 		remote bool
 	}
 	pubAt time.Time
-	share partShare
+	// validated is prog's count of labelled events as of the last
+	// publish, for other partitions' drifts (drifts.noticed).
+	validated atomic.Int64
+	// committed is prog and drift as of the last merge into the global
+	// model, which backups take (ft.go); under job.merge, nil until then.
+	committed *partMetrics
+	share     partShare
 	// pend are the predictions waiting for delayed labels (labels.go).
 	pend *pendingSet
 }
@@ -447,6 +453,9 @@ func (p *logregPart) mergeLocal() {
 	}
 	j.merge.lastSeqs[p.index] = p.lastSeq
 	p.commitPending()
+	if j.ft != nil {
+		p.commitMetrics()
+	}
 	j.merge.learned += int64(n)
 	if j.ft != nil {
 		j.ft.Unit(0).Merged(n, p.unlogged, j.merge.learned)
@@ -463,6 +472,7 @@ func (p *logregPart) publish(now time.Time) {
 		p.prog.CopyTo(p.pub.snap)
 	}
 	p.pub.Unlock()
+	p.validated.Store(p.prog.Count())
 	p.pubAt = now
 }
 

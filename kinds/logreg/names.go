@@ -3,6 +3,7 @@ package logreg
 import (
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -45,13 +46,18 @@ type nameDict struct {
 	// untracked counts names not recorded because limit slots were
 	// tracked already: visible in the top answer.
 	untracked uint64
+	// changed are the slots whose names changed since the last backup,
+	// for delta backups: at most limit of them.
+	changed map[int]struct{}
 	// buf and ends hold a sampled event's names (guarded by mu), so that
 	// sampling allocates only for a name the dictionary keeps.
 	buf  []byte
 	ends []int
 }
 
-func newNameDict(limit int) *nameDict { return &nameDict{limit: limit, slots: map[int]*slotNames{}} }
+func newNameDict(limit int) *nameDict {
+	return &nameDict{limit: limit, slots: map[int]*slotNames{}, changed: map[int]struct{}{}}
+}
 
 // sample says whether this event's names are to be observed: one event in
 // namesEvery, none without a dictionary. Asked first, so that the other
@@ -116,6 +122,7 @@ func (d *nameDict) addBytes(slot int, name []byte, n uint64) {
 		s = new(slotNames)
 		d.slots[slot] = s
 	}
+	d.changed[slot] = struct{}{}
 	rarest := 0
 	for i := range s {
 		switch {
@@ -193,4 +200,66 @@ func (d *nameDict) install(fresh *nameDict) {
 	d.mu.Lock()
 	d.slots, d.untracked = fresh.slots, fresh.untracked
 	d.mu.Unlock()
+}
+
+// namesBackup is the dictionary in a backup (ft.go): every slot in a full
+// one, the slots that changed since the backup before in a delta.
+type namesBackup struct {
+	Slots     map[int][]NameCount `json:"slots"`
+	Untracked uint64              `json:"untracked"`
+}
+
+// backup encodes the dictionary for a backup, all of it or what changed
+// since the last backup, and starts tracking changes anew.
+func (d *nameDict) backup(full bool) ([]byte, error) {
+	d.mu.Lock()
+	out := namesBackup{Slots: make(map[int][]NameCount), Untracked: d.untracked}
+	if full {
+		for slot, s := range d.slots {
+			out.Slots[slot] = sortedNames(s)
+		}
+	} else {
+		for slot := range d.changed {
+			out.Slots[slot] = sortedNames(d.slots[slot])
+		}
+	}
+	clear(d.changed)
+	d.mu.Unlock()
+	return json.Marshal(out)
+}
+
+// restore applies what backup wrote: a full backup replaces the names, a
+// delta replaces the slots it holds. Slots past nslots, more than the
+// dictionary's limit of slots or namesPerSlot names in one are refused.
+func (d *nameDict) restore(data []byte, nslots int, full bool) error {
+	if d.limit == 0 {
+		return nil // the job keeps no names
+	}
+	var in namesBackup
+	if err := json.Unmarshal(data, &in); err != nil {
+		return fmt.Errorf("logreg state: names: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if full {
+		d.slots = map[int]*slotNames{}
+	}
+	d.untracked = in.Untracked
+	for slot, ns := range in.Slots {
+		if slot < 0 || slot >= nslots || len(ns) > namesPerSlot {
+			return fmt.Errorf("logreg state: names: slot %d of %d names (slots %d, names per slot %d)", slot, len(ns), nslots, namesPerSlot)
+		}
+		if _, ok := d.slots[slot]; !ok && len(d.slots) >= d.limit {
+			return fmt.Errorf("logreg state: names: more than %d slots", d.limit)
+		}
+		s := new(slotNames)
+		for i, nc := range ns {
+			if len(nc.Name) > maxNameBytes {
+				nc.Name = nc.Name[:maxNameBytes]
+			}
+			s[i] = nc
+		}
+		d.slots[slot] = s
+	}
+	return nil
 }

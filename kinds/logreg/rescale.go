@@ -76,5 +76,8 @@ func (d *drifts) copyTo(nd *drifts) {
 	nd.count.Store(d.count.Load())
 	nd.resets.Store(d.resets.Load())
 	nd.epoch.Store(d.epoch.Load())
-	nd.last = d.last
+	if d.last != nil {
+		last := d.last.clone()
+		nd.last = &last
+	}
 }
