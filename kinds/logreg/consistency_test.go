@@ -264,8 +264,10 @@ func TestSilentRemotePartitionDoesNotBlockForEver(t *testing.T) {
 	waitFor(t, "node A's rounds", func() bool { return n.a.model.Updates() >= 1000 && n.a.clock.Round(0) >= 20 })
 	st := consistencyOf(t, n.ja)
 	t.Logf("node A: %+v after %v", st, time.Since(start))
-	// (A delta node B's partition sent as it paused may end a first wait.)
-	if st.RemoteSilent != 1 || st.RemoteWaits == 0 || st.WaitedMs < float64(silence/time.Millisecond)/2 {
+	// (A delta node B's partition sent as it paused may end a first wait,
+	// or, on a loaded host, arrive after a first silence ran out and make
+	// the partition busy again for a second one: at least one silence.)
+	if st.RemoteSilent < 1 || st.RemoteWaits == 0 || st.WaitedMs < float64(silence/time.Millisecond)/2 {
 		t.Fatalf("node A: %+v; want a remote wait ended by the silence", st)
 	}
 }
