@@ -9,12 +9,24 @@ import (
 	"time"
 
 	"github.com/mlstream/mlstream/internal/testaddr"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// startCluster starts n embedded nodes clustered on loopback, concurrently: a clustered node
-// cannot get a meta leader alone. With clientPorts, every node also listens for other clients.
+// startCluster starts n embedded nodes clustered on loopback with a secret, concurrently: a
+// clustered node cannot get a meta leader alone. With clientPorts, every node also listens for
+// other clients.
 func startCluster(t *testing.T, ctx context.Context, n int, clientPorts bool) ([]*Node, []Config) {
+	t.Helper()
+	return startClusterWith(t, ctx, n, func(_ int, c *Config) {
+		if clientPorts {
+			c.ClientAddr = testaddr.Free(t)
+		}
+	})
+}
+
+// startClusterWith is startCluster with node i's config changed by change.
+func startClusterWith(t *testing.T, ctx context.Context, n int, change func(i int, c *Config)) ([]*Node, []Config) {
 	t.Helper()
 	peers := make([]string, n)
 	for i := range peers {
@@ -22,10 +34,8 @@ func startCluster(t *testing.T, ctx context.Context, n int, clientPorts bool) ([
 	}
 	cfgs := make([]Config, n)
 	for i := range cfgs {
-		cfgs[i] = Config{Name: fmt.Sprintf("n%d", i+1), Dir: t.TempDir(), ClusterAddr: peers[i], Peers: peers, Logger: testLogger()}
-		if clientPorts {
-			cfgs[i].ClientAddr = testaddr.Free(t)
-		}
+		cfgs[i] = Config{Name: fmt.Sprintf("n%d", i+1), Dir: t.TempDir(), ClusterAddr: peers[i], Peers: peers, Secret: testSecret, Logger: testLogger()}
+		change(i, &cfgs[i])
 	}
 	nodes := make([]*Node, n)
 	errs := make([]error, n)
@@ -130,7 +140,7 @@ func assertKVSoon(t *testing.T, ctx context.Context, node *Node, bucket, key, wa
 func TestConnectToEmbeddedCluster(t *testing.T) {
 	ctx := testCtx(t, 40*time.Second)
 	nodes, cfgs := startCluster(t, ctx, 3, true)
-	ext, err := Connect(ctx, "nats://"+cfgs[0].ClientAddr, "tool", testLogger())
+	ext, err := Connect(ctx, "nats://"+cfgs[0].ClientAddr, "tool", testLogger(), nats.UserInfo(AdminUser, Password(testSecret, AdminUser)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{name: cfg.Name, log: log, srv: srv, publicClients: cfg.ClientAddr != "", closed: make(chan struct{})}
-	n.nc, err = nats.Connect(srv.ClientURL(), n.connOptions(nats.InProcessServer(srv), nats.Token(token))...)
+	n.nc, err = nats.Connect(srv.ClientURL(), n.connOptions(nats.InProcessServer(srv), nats.UserInfo(nodeUser, token))...)
 	if err != nil {
 		stopServer(srv)
 		return nil, fmt.Errorf("natsnode: in-process connection: %w", err)
@@ -110,14 +110,15 @@ func stopServer(srv *server.Server) {
 
 // Connect connects to an external NATS (urls: comma-separated server URLs) under the
 // connection name name, and returns once its JetStream answers API calls, or fails when ctx
-// ends first. An unreachable server is retried until then.
-func Connect(ctx context.Context, urls string, name string, logger *slog.Logger) (*Node, error) {
+// ends first. An unreachable server is retried until then. opts add to the connection's options:
+// credentials and TLS (nats.UserCredentials, nats.RootCAs).
+func Connect(ctx context.Context, urls string, name string, logger *slog.Logger, opts ...nats.Option) (*Node, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	n := &Node{name: name, log: logger.With("node", name), closed: make(chan struct{})}
 	var err error
-	n.nc, err = nats.Connect(urls, n.connOptions(nats.RetryOnFailedConnect(true))...)
+	n.nc, err = nats.Connect(urls, n.connOptions(append([]nats.Option{nats.RetryOnFailedConnect(true)}, opts...)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("natsnode: connect to %s: %w", urls, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +22,16 @@ func TestClusterPartitionedNodeHeals(t *testing.T) {
 	for i := range 3 {
 		routes = append(routes, net.addr(i, 6222))
 	}
+	// Routes beyond loopback need the secret.
+	secret := filepath.Join(t.TempDir(), "cluster.secret")
+	if err := os.WriteFile(secret, []byte("the netns cluster's secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var nodes []*proc
 	for i := range 3 {
 		nodes = append(nodes, net.start(t, i, "serve", "--addr", net.addr(i, 8080), "--insecure-no-auth", "--data", t.TempDir(),
 			"--node", nodeName(i), "--cluster", routes[i], "--peers", strings.Join(routes, ","), "--lease-ttl", clusterTTL,
+			"--cluster-secret", secret,
 			"--partitions", "6"))
 	}
 	c := &testCluster{t: t, nodes: nodes}
