@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -218,9 +217,12 @@ func (m *Manager) relist() {
 // membershipFrozen: while this node's own heartbeats fail (the nodes
 // bucket elects a leader, or this node is cut off) it cannot tell who is
 // alive, as the others' heartbeats fail alike. It keeps the membership it
-// knew rather than see every node die and hand every key around.
+// knew rather than see every node die and hand every key around. It
+// freezes after half a TTL without a heartbeat stored (they go every third
+// of one): a peer's last heartbeat may have come up to a third of a TTL
+// before this node's last one, and must not expire here first.
 func (m *Manager) membershipFrozen(now time.Time) bool {
-	return now.Sub(time.Unix(0, m.hbAt.Load())) > m.ttl
+	return now.Sub(time.Unix(0, m.hbAt.Load())) > m.ttl/2
 }
 
 // plan is what one reconcile does.
@@ -241,16 +243,6 @@ func (m *Manager) reconcile() {
 	}
 }
 
-// coresLocked is a live node's cores, as its heartbeat says (0: it does
-// not say).
-func (m *Manager) coresLocked(node string) int {
-	var hb heartbeat
-	if e, ok := m.nodes.m[node]; ok && json.Unmarshal(e.value, &hb) == nil {
-		return hb.Cores
-	}
-	return 0
-}
-
 func (m *Manager) plan() plan {
 	now := time.Now()
 	m.mu.Lock()
@@ -259,7 +251,9 @@ func (m *Manager) plan() plan {
 		m.nodes.expire(now)
 	}
 	m.leases.expire(now)
-	desired := AssignWeighted(m.keys, slices.Collect(maps.Keys(m.nodes.m)), m.coresLocked)
+	members := m.membersLocked(now)
+	desired := AssignWeighted(workKeys(m.keys), memberNames(members), func(node string) int { return members[node].Cores })
+	desired[memberKey(m.cfg.Node)] = m.cfg.Node
 	m.loseExpiredLocked(now)
 	m.startReleasesLocked(desired)
 	if m.closing {
@@ -277,10 +271,10 @@ func (m *Manager) acquisitionsLocked(desired map[string]string) plan {
 			continue
 		}
 		if e, ok := m.leases.m[k]; ok {
-			if decodeLease(e).Node != m.cfg.Node {
+			if v, ok := m.leaseLocked(k, e); ok && v.Node != m.cfg.Node {
 				continue // held by another node: it releases it or it expires
 			}
-			p.stale[k] = e.rev
+			p.stale[k] = e.rev // this node's leftover, or a record that is nobody's
 		}
 		p.acquire = append(p.acquire, k)
 	}
@@ -313,7 +307,9 @@ func (m *Manager) startReleasesLocked(desired map[string]string) {
 		token := hk.token
 		m.log.Info("lease: releasing", "key", k, "token", token, "to", owner)
 		m.emit(k, func() {
-			m.h.Release(k)
+			if !IsMemberKey(k) {
+				m.h.Release(k)
+			}
 			m.released(k, token)
 		})
 	}
@@ -350,7 +346,9 @@ func (m *Manager) acquire(key string, staleRev uint64) {
 	m.mu.Lock()
 	m.held[key] = &held{}
 	*m.held[key] = hk // hk stays a private copy for the renewal below
-	m.emit(key, func() { m.h.Acquired(key, rev) })
+	if !IsMemberKey(key) {
+		m.emit(key, func() { m.h.Acquired(key, rev) })
+	}
 	m.mu.Unlock()
 	m.log.Info("lease: acquired", "key", key, "token", rev)
 	m.renew(key, hk)
@@ -457,7 +455,7 @@ func (m *Manager) loseLocked(key string, token uint64, why string) {
 	}
 	m.dropLocked(key)
 	m.log.Warn("lease: lost", "key", key, "token", token, "why", why)
-	if !hk.releasing {
+	if !hk.releasing && !IsMemberKey(key) {
 		m.emit(key, func() { m.h.Lost(key) })
 	}
 }
