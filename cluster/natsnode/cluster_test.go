@@ -84,10 +84,25 @@ func TestThreeNodeCluster(t *testing.T) {
 	}
 	assertKVSoon(t, ctx, nodes[2], "r3", "k", "from n1")
 
+	assertSoon(t, ctx, func() error {
+		for _, n := range nodes {
+			if r, size := n.Reach(); r != 3 || size != 3 {
+				return fmt.Errorf("%s reaches %d of %d servers, want 3 of 3", n.Name(), r, size)
+			}
+		}
+		return nil
+	})
+
 	// Whoever led the bucket or the meta group, two of three still make a quorum.
 	if err := nodes[0].Close(); err != nil {
 		t.Fatalf("Close n1: %v", err)
 	}
+	assertSoon(t, ctx, func() error {
+		if r, size := nodes[1].Reach(); r != 2 || size != 3 {
+			return fmt.Errorf("n2 reaches %d of %d servers after n1 left, want 2 of 3", r, size)
+		}
+		return nil
+	})
 	err = RetryEach(ctx, 2*time.Second, func(ctx context.Context) error {
 		kv, err := nodes[1].JetStream().KeyValue(ctx, "r3")
 		if err != nil {

@@ -189,6 +189,30 @@ func (n *Node) Current() bool {
 	return n.srv.JetStreamIsCurrent()
 }
 
+// Reach is how many servers of the cluster this node reaches, itself
+// included, out of how many JetStream's meta group counts: a node that
+// reaches no majority is cut off (its routes to the others timed out). For
+// an external NATS it is 1 of 1 while the connection is up, 0 of 1 while
+// it is down.
+func (n *Node) Reach() (reached, size int) {
+	if n.srv == nil {
+		if n.nc.IsConnected() {
+			return 1, 1
+		}
+		return 0, 1
+	}
+	size = n.ClusterSize()
+	rz, err := n.srv.Routez(nil)
+	if err != nil {
+		return 1, size
+	}
+	peers := make(map[string]bool, len(rz.Routes))
+	for _, r := range rz.Routes {
+		peers[r.RemoteName] = true
+	}
+	return 1 + len(peers), size
+}
+
 // Conn is the node's NATS connection.
 func (n *Node) Conn() *nats.Conn { return n.nc }
 
