@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -88,6 +89,9 @@ func TestThreeNodeCluster(t *testing.T) {
 		for _, n := range nodes {
 			if r, size := n.Reach(); r != 3 || size != 3 {
 				return fmt.Errorf("%s reaches %d of %d servers, want 3 of 3", n.Name(), r, size)
+			}
+			if routed := n.Routed(); len(routed) != 2 || slices.Contains(routed, n.Name()) {
+				return fmt.Errorf("%s is routed to %v, want the 2 others", n.Name(), routed)
 			}
 		}
 		return nil

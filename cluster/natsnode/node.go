@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -211,6 +212,25 @@ func (n *Node) Reach() (reached, size int) {
 		peers[r.RemoteName] = true
 	}
 	return 1 + len(peers), size
+}
+
+// Routed is the names of the servers the embedded server has routes to
+// (nil for an external NATS, whose servers are not mlstream nodes).
+func (n *Node) Routed() []string {
+	if n.srv == nil {
+		return nil
+	}
+	rz, err := n.srv.Routez(nil)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, r := range rz.Routes {
+		if !slices.Contains(names, r.RemoteName) {
+			names = append(names, r.RemoteName)
+		}
+	}
+	return names
 }
 
 // Conn is the node's NATS connection.
