@@ -217,12 +217,19 @@ func (m *Manager) relist() {
 // membershipFrozen: while this node's own heartbeats fail (the nodes
 // bucket elects a leader, or this node is cut off) it cannot tell who is
 // alive, as the others' heartbeats fail alike. It keeps the membership it
-// knew rather than see every node die and hand every key around. It
-// freezes after half a TTL without a heartbeat stored (they go every third
-// of one): a peer's last heartbeat may have come up to a third of a TTL
-// before this node's last one, and must not expire here first.
+// knew rather than see every node die and hand every key around.
 func (m *Manager) membershipFrozen(now time.Time) bool {
-	return now.Sub(time.Unix(0, m.hbAt.Load())) > m.ttl/2
+	return now.Sub(time.Unix(0, m.hbAt.Load())) > m.ttl
+}
+
+// nodeGoneLocked tells whether a node's heartbeat e has expired: older
+// than the TTL, and older by more than half a TTL than this node's last
+// stored heartbeat, so that the bucket took heartbeats after e's next one
+// was due (they go every third of a TTL). Before membership freezes, a
+// peer whose last heartbeat came just before this node's last one would
+// otherwise expire here first, in an outage of the bucket.
+func (m *Manager) nodeGoneLocked(e entry, now time.Time) bool {
+	return now.Sub(e.seen) > m.nodes.ttl && time.Unix(0, m.hbAt.Load()).Sub(e.seen) > m.nodes.ttl/2
 }
 
 // plan is what one reconcile does.
@@ -248,7 +255,11 @@ func (m *Manager) plan() plan {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.membershipFrozen(now) {
-		m.nodes.expire(now)
+		for k, e := range m.nodes.m {
+			if m.nodeGoneLocked(e, now) {
+				delete(m.nodes.m, k)
+			}
+		}
 	}
 	m.leases.expire(now)
 	members := m.membersLocked(now)

@@ -42,7 +42,7 @@ func (m *Manager) membersLocked(now time.Time) map[string]heartbeat {
 	frozen := m.membershipFrozen(now)
 	out := make(map[string]heartbeat, len(m.nodes.m))
 	for name, e := range m.nodes.m {
-		if !frozen && now.Sub(e.seen) > m.nodes.ttl {
+		if !frozen && m.nodeGoneLocked(e, now) {
 			continue
 		}
 		hb, ok := m.heartbeatLocked(name, e)

@@ -4,10 +4,14 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // The users of an embedded server. Routes have their own (routeUser); clients connect as one of
@@ -19,6 +23,9 @@ const (
 	nodeUser   = "mlstream-node"
 	SourceUser = "source" // may publish to the subjects jobs read as sources, nothing else
 	AdminUser  = "admin"  // everything a node may do: for operators' tools (the nats CLI)
+	// SystemUser is in the system account and may only ask JetStream to remove a peer
+	// (RemovePeer).
+	SystemUser = "system"
 )
 
 // MinSecret is the shortest cluster secret accepted, in bytes.
@@ -134,6 +141,45 @@ func writeClientUsers(b *strings.Builder, cfg Config, token string) {
 			quote(SourceUser), quote(derive(cfg.Secret, SourceUser)), quoteList(sourceDeny))
 	}
 	b.WriteString("  ]\n}\n")
+	if len(cfg.Secret) > 0 {
+		// The system account ($SYS, nats-server's default name, so that every node agrees)
+		// gets one user, for removing departed JetStream peers; JetStream stays in the global
+		// account, where the users above are.
+		fmt.Fprintf(b, "accounts { $SYS { users: [ {user: %s, password: %s, permissions: {publish: {allow: [%s]}, subscribe: {allow: [\"_INBOX.>\"]}}} ] } }\n",
+			quote(SystemUser), quote(derive(cfg.Secret, SystemUser)), quote(removePeerSubject))
+	}
+}
+
+// removePeerSubject is JetStream's API for removing a peer from the meta group; only the system
+// account may use it.
+const removePeerSubject = "$JS.API.SERVER.REMOVE"
+
+// RemovePeer asks the JetStream meta leader, through nc (connected as SystemUser), to remove
+// the server name from the cluster's peers: a node that left for good (or a stranger that
+// joined) otherwise stays counted in the quorum.
+func RemovePeer(nc *nats.Conn, name string, timeout time.Duration) error {
+	req, _ := json.Marshal(map[string]string{"peer": name})
+	m, err := nc.Request(removePeerSubject, req, timeout)
+	if err != nil {
+		return fmt.Errorf("natsnode: removing peer %s: %w", name, err)
+	}
+	var resp struct {
+		Success bool `json:"success"`
+		Error   *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return fmt.Errorf("natsnode: removing peer %s: %w", name, err)
+	}
+	if resp.Error != nil || !resp.Success {
+		desc := "not removed"
+		if resp.Error != nil {
+			desc = resp.Error.Description
+		}
+		return fmt.Errorf("natsnode: removing peer %s: %s", name, desc)
+	}
+	return nil
 }
 
 func quoteList(ss []string) string {

@@ -255,29 +255,77 @@ func (cr *clusterRun) close() { _ = cr.nats.Close() }
 
 // runClusterCmd is "mlstream cluster": tools for an operator of a cluster.
 //
-//	mlstream cluster password --cluster-secret FILE [--user source|admin]
+//	mlstream cluster password --cluster-secret FILE [--user source|admin|system]
+//	mlstream cluster peer-remove NAME --server nats://HOST:PORT --cluster-secret FILE
 func runClusterCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "password" {
-		fmt.Fprintln(stderr, "usage: mlstream cluster password --cluster-secret FILE [--user source|admin]")
-		return errUsage
+	if len(args) > 0 {
+		switch args[0] {
+		case "password":
+			return runClusterPassword(args[1:], stdout, stderr)
+		case "peer-remove":
+			return runPeerRemove(args[1:], stdout, stderr)
+		}
 	}
+	fmt.Fprintln(stderr, "usage: mlstream cluster password --cluster-secret FILE [--user source|admin|system]\n       mlstream cluster peer-remove NAME --server nats://HOST:PORT --cluster-secret FILE")
+	return errUsage
+}
+
+func runClusterPassword(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mlstream cluster password", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	secretFile := fs.String("cluster-secret", "", "the cluster's secret file (as given to serve)")
-	user := fs.String("user", natsnode.SourceUser, "the NATS user of --nats-listen: "+natsnode.SourceUser+" (publishes to the subjects jobs read as sources) or "+natsnode.AdminUser+" (everything)")
-	if err := parseFlags(fs, args[1:]); err != nil {
+	user := fs.String("user", natsnode.SourceUser, "the NATS user of --nats-listen: "+natsnode.SourceUser+" (publishes to the subjects jobs read as sources), "+natsnode.AdminUser+" (everything) or "+natsnode.SystemUser+" (removes JetStream peers)")
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *user != natsnode.SourceUser && *user != natsnode.AdminUser {
-		return fmt.Errorf("--user must be %s or %s, got %q", natsnode.SourceUser, natsnode.AdminUser, *user)
+	if *user != natsnode.SourceUser && *user != natsnode.AdminUser && *user != natsnode.SystemUser {
+		return fmt.Errorf("--user must be %s, %s or %s, got %q", natsnode.SourceUser, natsnode.AdminUser, natsnode.SystemUser, *user)
 	}
-	if *secretFile == "" {
-		return errors.New("--cluster-secret is required")
-	}
-	secret, err := readSecret(*secretFile, slog.New(slog.NewTextHandler(stderr, nil)))
+	secret, err := requiredSecret(*secretFile, stderr)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, natsnode.Password(secret, *user))
 	return nil
+}
+
+// runPeerRemove removes a departed node (or a stranger) from JetStream's
+// peers, through a node's --nats-listen as the system user.
+func runPeerRemove(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mlstream cluster peer-remove", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	secretFile := fs.String("cluster-secret", "", "the cluster's secret file (as given to serve)")
+	server := fs.String("server", "", "nats://HOST:PORT of a running node's --nats-listen")
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(stderr, "usage: mlstream cluster peer-remove NAME --server nats://HOST:PORT --cluster-secret FILE")
+		return errUsage
+	}
+	name := args[0]
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if *server == "" {
+		return errors.New("--server is required: the NATS client address (--nats-listen) of a running node")
+	}
+	secret, err := requiredSecret(*secretFile, stderr)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(*server, nats.UserInfo(natsnode.SystemUser, natsnode.Password(secret, natsnode.SystemUser)))
+	if err != nil {
+		return fmt.Errorf("--server %s: %w", *server, err)
+	}
+	defer nc.Close()
+	if err := natsnode.RemovePeer(nc, name, 10*time.Second); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "removed %s from the cluster's JetStream peers\n", name)
+	return nil
+}
+
+func requiredSecret(path string, stderr io.Writer) ([]byte, error) {
+	if path == "" {
+		return nil, errors.New("--cluster-secret is required")
+	}
+	return readSecret(path, slog.New(slog.NewTextHandler(stderr, nil)))
 }

@@ -29,6 +29,8 @@ Usage:
                                                                stream an NDJSON file to a server
   mlstream model  export|import|inspect ...                    a job's model to and from a file; what a file holds
   mlstream cluster password --cluster-secret FILE [--user U]   the password of a NATS user of --nats-listen
+  mlstream cluster peer-remove NAME --server URL --cluster-secret FILE
+                                                               remove a departed node from JetStream's peers
   mlstream version                                             print the version, commit and Go version
 
 Listening beyond loopback needs bearer tokens (--auth-file, or
