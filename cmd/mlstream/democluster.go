@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
@@ -46,6 +47,14 @@ func startDemoCluster(o *serverOptions, n int, stderr io.Writer) (*demoCluster, 
 		return nil, err
 	}
 	peers := strings.Join(routes, ",")
+	// The routes authenticate with a secret of the demo's own (needed when
+	// the demo has tokens, and harmless otherwise).
+	if o.cl.secretFile == "" {
+		o.cl.secretFile = filepath.Join(root, "cluster.secret")
+		if err := os.WriteFile(o.cl.secretFile, []byte(rand.Text()), 0o600); err != nil {
+			return nil, err
+		}
+	}
 	o.cl.node, o.cl.routeAddr, o.cl.peers, o.data = "n1", routes[0], peers, filepath.Join(root, "n1")
 	dc := &demoCluster{urls: []string{dashboardURL("http", o.addr)}}
 	for i := 1; i < n; i++ {
@@ -56,7 +65,7 @@ func startDemoCluster(o *serverOptions, n int, stderr io.Writer) (*demoCluster, 
 			return nil, err
 		}
 		cmd := exec.Command(self, "serve", "--addr", addrs[i], "--data", filepath.Join(root, name), "--node", name,
-			"--cluster", routes[i], "--peers", peers, "--lease-ttl", o.cl.leaseTTL.String())
+			"--cluster", routes[i], "--peers", peers, "--lease-ttl", o.cl.leaseTTL.String(), "--cluster-secret", o.cl.secretFile)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		// The children go with the demo, even when it is killed.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
