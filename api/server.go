@@ -114,6 +114,12 @@ func New(cfg Config) *Server {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
 			return
 		}
+		if c, ok := s.cfg.Cluster.(staleNode); ok {
+			if reason, behind, stale := c.Stale(); stale {
+				writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "stale", "reason": reason, "behind_ms": behind.Milliseconds()})
+				return
+			}
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	r.With(knownParams()).Get("/v1/openapi.json", serveOpenAPI)
@@ -203,6 +209,12 @@ var NotFound http.Handler = http.HandlerFunc(notFound)
 
 func notFound(w http.ResponseWriter, r *http.Request) {
 	writeError(w, http.StatusNotFound, apiError{Error: "no route " + r.Method + " " + r.URL.Path})
+}
+
+// staleNode is a cluster node that knows when it is cut off from the
+// others: then /readyz is 503 "stale", saying why and for how long.
+type staleNode interface {
+	Stale() (reason string, behind time.Duration, stale bool)
 }
 
 // SetReady sets what /readyz answers.

@@ -188,10 +188,14 @@ func (n *Node) Start(ctx context.Context, engine *runtime.Engine) error {
 	}
 	n.leases = leases
 	n.out.leases.Store(leases)
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go func() {
 		defer n.wg.Done()
 		every(n.ctx, viewEvery/2, n.flushViews)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.watchStrangers()
 	}()
 	go func() {
 		defer n.wg.Done()

@@ -66,7 +66,7 @@ const (
 
 func newOutputs(n *Node) *outputs {
 	return &outputs{n: n, wants: map[string]remoteWants{},
-		fence: fence{high: map[partKey]uint64{}}, rates: newRates(n)}
+		fence: newFence(), rates: newRates(n)}
 }
 
 func (o *outputs) start() error {
@@ -251,42 +251,68 @@ type partKey struct {
 }
 
 // fence holds the highest owner token this node knows for each
-// partition: from its lease view (refreshed every wantsEvery/4) and from
-// the outputs it received. Tokens are revisions of the lease bucket, so
-// they only grow, across owners and incarnations of a job.
+// partition. Tokens are revisions of the lease bucket, so they only grow,
+// across owners and incarnations of a job. The lease view (refreshed every
+// wantsEvery/4) is the authority; a token above it seen on an output
+// received (a new owner whose lease this node's view does not show yet)
+// is only a claim, which fences older tokens until the view confirms it,
+// for claimTTL at most: an output under a forged token (the largest
+// there is) cannot keep every later output of the partition out.
 type fence struct {
-	mu   sync.RWMutex
-	high map[partKey]uint64
+	mu     sync.RWMutex
+	high   map[partKey]uint64 // from the lease view
+	claims map[partKey]claim  // above high, from outputs received
+	now    func() time.Time
+}
+
+// claim is a token seen on an output and not (yet) in the lease view.
+type claim struct {
+	token uint64
+	at    time.Time
+}
+
+// claimTTL is how long a token seen on an output fences older ones
+// without the lease view confirming it: several refreshes of the view.
+const claimTTL = 8 * wantsEvery / 4
+
+func newFence() fence {
+	return fence{high: map[partKey]uint64{}, claims: map[partKey]claim{}, now: time.Now}
+}
+
+// mark is the newest token known for k: the lease view's, or a live
+// claim above it. The caller holds mu.
+func (f *fence) mark(k partKey) uint64 {
+	high := f.high[k]
+	if c, ok := f.claims[k]; ok && c.token > high && f.now().Sub(c.at) < claimTTL {
+		return c.token
+	}
+	return high
 }
 
 // current reports whether token is the newest known for k.
 func (f *fence) current(k partKey, token uint64) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return token >= f.high[k]
+	return token >= f.mark(k)
 }
 
-// admit reports whether an output under token is current for k, and then
-// raises k's mark to it.
+// admit reports whether an output under token is current for k; a token
+// above the mark becomes k's claim.
 func (f *fence) admit(k partKey, token uint64) bool {
 	f.mu.RLock()
-	high := f.high[k]
+	mark := f.mark(k)
 	f.mu.RUnlock()
-	if token < high {
+	if token < mark {
 		return false
 	}
-	if token > high {
-		f.raise(k, token)
+	if token > mark {
+		f.mu.Lock()
+		if token > f.mark(k) {
+			f.claims[k] = claim{token: token, at: f.now()}
+		}
+		f.mu.Unlock()
 	}
 	return true
-}
-
-func (f *fence) raise(k partKey, token uint64) {
-	f.mu.Lock()
-	if token > f.high[k] {
-		f.high[k] = token
-	}
-	f.mu.Unlock()
 }
 
 // learn raises the marks to the leases' tokens and drops the marks of
@@ -307,6 +333,13 @@ func (f *fence) learn(owners map[string]lease.Owner, jobs map[string]bool) {
 		k := partKey{job, p}
 		if o.Token > f.high[k] {
 			f.high[k] = o.Token
+		}
+	}
+	// Claims the view confirmed or passed, and expired ones, are done.
+	now := f.now()
+	for k, c := range f.claims {
+		if !jobs[k.job] || c.token <= f.high[k] || now.Sub(c.at) >= claimTTL {
+			delete(f.claims, k)
 		}
 	}
 }

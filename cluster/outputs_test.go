@@ -4,6 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,7 +165,7 @@ func TestOutputsOfAFencedOwnerStayHome(t *testing.T) {
 }
 
 func TestFenceMarks(t *testing.T) {
-	f := fence{high: map[partKey]uint64{}}
+	f := newFence()
 	k := partKey{"j", 0}
 	if !f.admit(k, 3) || !f.current(k, 3) {
 		t.Fatal("a first token is current")
@@ -177,5 +180,61 @@ func TestFenceMarks(t *testing.T) {
 	f.learn(nil, map[string]bool{})
 	if !f.admit(k, 1) {
 		t.Fatal("a deleted job's marks were kept")
+	}
+}
+
+// An output under a forged token (the largest there is) does not keep
+// the real owner's outputs out for longer than claimTTL: the token is only
+// a claim, which the lease view never confirms. Meanwhile it fences the
+// real owner as it would an old one, on every node that received it (the
+// owner's own, too).
+func TestOutputsForgedMaxTokenDoesNotWedge(t *testing.T) {
+	url := testNATS(t)
+	ja := testJob("j", 1)
+	ja.parts[0].ownFor(9)
+	a := outputsNode(t, url, "a", ja)
+	b := outputsNode(t, url, "b", testJob("j", 1))
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	view := map[string]lease.Owner{leaseKey("j", 0): {Node: "a", Token: 9}}
+	for _, n := range []*Node{a, b} {
+		n.out.fence.mu.Lock()
+		n.out.fence.now = func() time.Time { return time.Unix(0, clock.Load()) }
+		n.out.fence.mu.Unlock()
+		n.out.fence.learn(view, map[string]bool{"j": true})
+	}
+	sub := b.engine.Hub().Subscribe([]string{"j"}, []string{typeMatch}, 10)
+	waitFor(t, "a to learn b's wants", func() bool { return a.out.RemoteWants("j", typeMatch) })
+
+	rogue, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
+	m := nats.NewMsg(outSubject + ".rogue")
+	m.Header.Set(hdrJob, "j")
+	m.Header.Set(hdrType, typeMatch)
+	m.Header.Set(hdrPart, "0")
+	m.Header.Set(hdrToken, strconv.FormatUint(math.MaxUint64, 10))
+	m.Data = []byte("forged")
+	if err := rogue.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to take the forged output", func() bool { return len(sub.C) == 1 })
+	<-sub.C
+	waitFor(t, "a to see the forged claim", func() bool { return !a.out.fence.current(partKey{"j", 0}, 9) })
+	a.engine.Hub().PublishFrom("j", typeMatch, 0, []byte("held"))
+	if got := a.stats.staleOutputs.Load(); got != 1 {
+		t.Fatalf("a's stale outputs %d, want 1 under the claim", got)
+	}
+
+	clock.Add(int64(claimTTL))
+	for _, n := range []*Node{a, b} {
+		n.out.fence.learn(view, map[string]bool{"j": true})
+	}
+	a.engine.Hub().PublishFrom("j", typeMatch, 0, []byte("real"))
+	waitFor(t, "the real owner's output to reach b's client", func() bool { return len(sub.C) == 1 })
+	if got := string(<-sub.C); got != "real" {
+		t.Fatalf("b's client got %q, want the real owner's output", got)
 	}
 }

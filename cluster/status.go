@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -256,3 +257,28 @@ func (n *Node) recentOwners() map[string]lease.Owner {
 	}
 	return c.owners
 }
+
+// Stale reports whether this node is cut off from the cluster, why, and
+// for how long its heartbeats have not been stored: it reaches no majority
+// of the cluster's servers, or its heartbeats have failed for staleAfter
+// lease TTLs (longer than a leader election). Its views and shared models
+// are frozen meanwhile, so it is not ready (/readyz), though it keeps
+// answering.
+func (n *Node) Stale() (reason string, behind time.Duration, stale bool) {
+	if n.leases == nil {
+		return "", 0, false
+	}
+	age := n.leases.HeartbeatAge()
+	if reached, size := n.cfg.NATS.Reach(); reached <= size/2 {
+		return fmt.Sprintf("cut off from the cluster: reaches %d of its %d NATS servers, no majority; its views and models are frozen", reached, size), age, true
+	}
+	if limit := staleAfter * n.leases.TTL(); age > limit {
+		return fmt.Sprintf("its heartbeats have not been stored for %v (more than %v); its views and models are frozen", age.Round(time.Millisecond), limit), age, true
+	}
+	return "", 0, false
+}
+
+// staleAfter is how many lease TTLs of failed heartbeats make a node
+// stale although it reaches a majority: longer than a leader election of
+// the nodes bucket, which fails every node's heartbeats for a while.
+const staleAfter = 3

@@ -183,6 +183,8 @@ type Manager struct {
 	drained  chan struct{} // closed once closing and nothing is held
 	paused   chan struct{} // non-nil while paused by a test
 	watchers []jetstream.KeyWatcher
+	// badRecords is the revision of the last bad heartbeat logged, by key.
+	badRecords map[string]uint64
 }
 
 var validKey = regexp.MustCompile(`^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*$`)
@@ -202,7 +204,8 @@ func New(ctx context.Context, cfg Config, h Handler) (*Manager, error) {
 		cfg: cfg, ttl: cfg.TTL, h: h, log: cfg.Logger.With("node", cfg.Node),
 		started: time.Now(), events: newSerial(),
 		kickReconcile: make(chan struct{}, 1), kickWriter: make(chan struct{}, 1),
-		held: make(map[string]*held), drained: make(chan struct{}),
+		held: make(map[string]*held), drained: make(chan struct{}), badRecords: make(map[string]uint64),
+		keys: []string{memberKey(cfg.Node)},
 	}
 	if err := m.openBuckets(ctx); err != nil {
 		return nil, err
@@ -295,7 +298,7 @@ func (m *Manager) openBucket(ctx context.Context, bucket string) (jetstream.KeyV
 // SetKeys sets the full set of keys that someone should own. Keys that are
 // not valid KV keys are logged and left out.
 func (m *Manager) SetKeys(keys []string) {
-	keys = sortedUnique(keys)
+	keys = sortedUnique(append(workKeys(keys), memberKey(m.cfg.Node)))
 	keys = slices.DeleteFunc(keys, func(k string) bool {
 		if validKey.MatchString(k) {
 			return false
@@ -318,7 +321,7 @@ func (m *Manager) Owned() map[string]uint64 {
 	defer m.mu.Unlock()
 	out := make(map[string]uint64, len(m.held))
 	for k, hk := range m.held {
-		if now.Before(hk.validUntil) && !hk.released {
+		if now.Before(hk.validUntil) && !hk.released && !IsMemberKey(k) {
 			out[k] = hk.token
 		}
 	}
@@ -332,7 +335,7 @@ func (m *Manager) Owners() map[string]Owner {
 	defer m.mu.Unlock()
 	out := make(map[string]Owner, len(m.leases.m))
 	for k, e := range m.leases.m {
-		if now.Sub(e.seen) > m.leases.ttl {
+		if now.Sub(e.seen) > m.leases.ttl || IsMemberKey(k) {
 			continue
 		}
 		v := decodeLease(e)
@@ -346,15 +349,10 @@ func (m *Manager) Nodes() []NodeInfo {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]NodeInfo, 0, len(m.nodes.m))
-	frozen := m.membershipFrozen(now)
-	for name, e := range m.nodes.m {
-		if !frozen && now.Sub(e.seen) > m.nodes.ttl {
-			continue
-		}
-		var hb heartbeat
-		_ = json.Unmarshal(e.value, &hb) // a bad value still means the node is alive
-		out = append(out, NodeInfo{Name: name, Addr: hb.Addr, Started: hb.Started, LastSeen: e.created, Cores: hb.Cores})
+	members := m.membersLocked(now)
+	out := make([]NodeInfo, 0, len(members))
+	for name, hb := range members {
+		out = append(out, NodeInfo{Name: name, Addr: hb.Addr, Started: hb.Started, LastSeen: m.nodes.m[name].created, Cores: hb.Cores})
 	}
 	slices.SortFunc(out, func(a, b NodeInfo) int { return cmpString(a.Name, b.Name) })
 	return out
@@ -368,6 +366,13 @@ func cmpString(a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// HeartbeatAge is how long ago this node's last heartbeat was stored: past
+// the TTL, the node is cut off from the cluster (or its bucket has no
+// leader), and what it knows of the others is that old.
+func (m *Manager) HeartbeatAge() time.Duration {
+	return time.Since(time.Unix(0, m.hbAt.Load()))
 }
 
 // TTL is the TTL in force: the shorter of the two buckets'.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -223,6 +222,16 @@ func (m *Manager) membershipFrozen(now time.Time) bool {
 	return now.Sub(time.Unix(0, m.hbAt.Load())) > m.ttl
 }
 
+// nodeGoneLocked tells whether a node's heartbeat e has expired: older
+// than the TTL, and older by more than half a TTL than this node's last
+// stored heartbeat, so that the bucket took heartbeats after e's next one
+// was due (they go every third of a TTL). Before membership freezes, a
+// peer whose last heartbeat came just before this node's last one would
+// otherwise expire here first, in an outage of the bucket.
+func (m *Manager) nodeGoneLocked(e entry, now time.Time) bool {
+	return now.Sub(e.seen) > m.nodes.ttl && time.Unix(0, m.hbAt.Load()).Sub(e.seen) > m.nodes.ttl/2
+}
+
 // plan is what one reconcile does.
 type plan struct {
 	acquire []string
@@ -241,25 +250,21 @@ func (m *Manager) reconcile() {
 	}
 }
 
-// coresLocked is a live node's cores, as its heartbeat says (0: it does
-// not say).
-func (m *Manager) coresLocked(node string) int {
-	var hb heartbeat
-	if e, ok := m.nodes.m[node]; ok && json.Unmarshal(e.value, &hb) == nil {
-		return hb.Cores
-	}
-	return 0
-}
-
 func (m *Manager) plan() plan {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.membershipFrozen(now) {
-		m.nodes.expire(now)
+		for k, e := range m.nodes.m {
+			if m.nodeGoneLocked(e, now) {
+				delete(m.nodes.m, k)
+			}
+		}
 	}
 	m.leases.expire(now)
-	desired := AssignWeighted(m.keys, slices.Collect(maps.Keys(m.nodes.m)), m.coresLocked)
+	members := m.membersLocked(now)
+	desired := AssignWeighted(workKeys(m.keys), memberNames(members), func(node string) int { return members[node].Cores })
+	desired[memberKey(m.cfg.Node)] = m.cfg.Node
 	m.loseExpiredLocked(now)
 	m.startReleasesLocked(desired)
 	if m.closing {
@@ -277,10 +282,10 @@ func (m *Manager) acquisitionsLocked(desired map[string]string) plan {
 			continue
 		}
 		if e, ok := m.leases.m[k]; ok {
-			if decodeLease(e).Node != m.cfg.Node {
+			if v, ok := m.leaseLocked(k, e); ok && v.Node != m.cfg.Node {
 				continue // held by another node: it releases it or it expires
 			}
-			p.stale[k] = e.rev
+			p.stale[k] = e.rev // this node's leftover, or a record that is nobody's
 		}
 		p.acquire = append(p.acquire, k)
 	}
@@ -313,7 +318,9 @@ func (m *Manager) startReleasesLocked(desired map[string]string) {
 		token := hk.token
 		m.log.Info("lease: releasing", "key", k, "token", token, "to", owner)
 		m.emit(k, func() {
-			m.h.Release(k)
+			if !IsMemberKey(k) {
+				m.h.Release(k)
+			}
 			m.released(k, token)
 		})
 	}
@@ -350,7 +357,9 @@ func (m *Manager) acquire(key string, staleRev uint64) {
 	m.mu.Lock()
 	m.held[key] = &held{}
 	*m.held[key] = hk // hk stays a private copy for the renewal below
-	m.emit(key, func() { m.h.Acquired(key, rev) })
+	if !IsMemberKey(key) {
+		m.emit(key, func() { m.h.Acquired(key, rev) })
+	}
 	m.mu.Unlock()
 	m.log.Info("lease: acquired", "key", key, "token", rev)
 	m.renew(key, hk)
@@ -457,7 +466,7 @@ func (m *Manager) loseLocked(key string, token uint64, why string) {
 	}
 	m.dropLocked(key)
 	m.log.Warn("lease: lost", "key", key, "token", token, "why", why)
-	if !hk.releasing {
+	if !hk.releasing && !IsMemberKey(key) {
 		m.emit(key, func() { m.h.Lost(key) })
 	}
 }

@@ -4,17 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mlstream/mlstream/internal/testaddr"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// startCluster starts n embedded nodes clustered on loopback, concurrently: a clustered node
-// cannot get a meta leader alone. With clientPorts, every node also listens for other clients.
+// startCluster starts n embedded nodes clustered on loopback with a secret, concurrently: a
+// clustered node cannot get a meta leader alone. With clientPorts, every node also listens for
+// other clients.
 func startCluster(t *testing.T, ctx context.Context, n int, clientPorts bool) ([]*Node, []Config) {
+	t.Helper()
+	return startClusterWith(t, ctx, n, func(_ int, c *Config) {
+		if clientPorts {
+			c.ClientAddr = testaddr.Free(t)
+		}
+	})
+}
+
+// startClusterWith is startCluster with node i's config changed by change.
+func startClusterWith(t *testing.T, ctx context.Context, n int, change func(i int, c *Config)) ([]*Node, []Config) {
 	t.Helper()
 	peers := make([]string, n)
 	for i := range peers {
@@ -22,10 +35,8 @@ func startCluster(t *testing.T, ctx context.Context, n int, clientPorts bool) ([
 	}
 	cfgs := make([]Config, n)
 	for i := range cfgs {
-		cfgs[i] = Config{Name: fmt.Sprintf("n%d", i+1), Dir: t.TempDir(), ClusterAddr: peers[i], Peers: peers, Logger: testLogger()}
-		if clientPorts {
-			cfgs[i].ClientAddr = testaddr.Free(t)
-		}
+		cfgs[i] = Config{Name: fmt.Sprintf("n%d", i+1), Dir: t.TempDir(), ClusterAddr: peers[i], Peers: peers, Secret: testSecret, Logger: testLogger()}
+		change(i, &cfgs[i])
 	}
 	nodes := make([]*Node, n)
 	errs := make([]error, n)
@@ -74,10 +85,28 @@ func TestThreeNodeCluster(t *testing.T) {
 	}
 	assertKVSoon(t, ctx, nodes[2], "r3", "k", "from n1")
 
+	assertSoon(t, ctx, func() error {
+		for _, n := range nodes {
+			if r, size := n.Reach(); r != 3 || size != 3 {
+				return fmt.Errorf("%s reaches %d of %d servers, want 3 of 3", n.Name(), r, size)
+			}
+			if routed := n.Routed(); len(routed) != 2 || slices.Contains(routed, n.Name()) {
+				return fmt.Errorf("%s is routed to %v, want the 2 others", n.Name(), routed)
+			}
+		}
+		return nil
+	})
+
 	// Whoever led the bucket or the meta group, two of three still make a quorum.
 	if err := nodes[0].Close(); err != nil {
 		t.Fatalf("Close n1: %v", err)
 	}
+	assertSoon(t, ctx, func() error {
+		if r, size := nodes[1].Reach(); r != 2 || size != 3 {
+			return fmt.Errorf("n2 reaches %d of %d servers after n1 left, want 2 of 3", r, size)
+		}
+		return nil
+	})
 	err = RetryEach(ctx, 2*time.Second, func(ctx context.Context) error {
 		kv, err := nodes[1].JetStream().KeyValue(ctx, "r3")
 		if err != nil {
@@ -130,7 +159,7 @@ func assertKVSoon(t *testing.T, ctx context.Context, node *Node, bucket, key, wa
 func TestConnectToEmbeddedCluster(t *testing.T) {
 	ctx := testCtx(t, 40*time.Second)
 	nodes, cfgs := startCluster(t, ctx, 3, true)
-	ext, err := Connect(ctx, "nats://"+cfgs[0].ClientAddr, "tool", testLogger())
+	ext, err := Connect(ctx, "nats://"+cfgs[0].ClientAddr, "tool", testLogger(), nats.UserInfo(AdminUser, Password(testSecret, AdminUser)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,15 @@ type Config struct {
 	// from its leader before it campaigns; the longest is twice it
 	// (default 2 s; nats-server's own is 4 s, to 9 s). Process-wide.
 	Election time.Duration
-	Logger   *slog.Logger
+	// Secret is the cluster secret, the same on every node: the routes' credentials are derived
+	// from it, and so are the passwords of the client listener's users (SourceUser, AdminUser).
+	Secret []byte
+	// RouteTLS is mutual TLS between routes, instead of or besides Secret.
+	RouteTLS RouteTLS
+	// RequireRouteAuth refuses routes without Secret or RouteTLS even on loopback (a
+	// token-protected service must not be open one port over).
+	RequireRouteAuth bool
+	Logger           *slog.Logger
 }
 
 // withDefaults validates cfg and fills the zero values.
@@ -54,6 +62,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, err
 	}
 	if err := cfg.checkAddrs(); err != nil {
+		return cfg, err
+	}
+	if err := cfg.checkSecurity(); err != nil {
 		return cfg, err
 	}
 	cfg.MaxMemory = orDefault(cfg.MaxMemory, DefaultMaxMemory)
@@ -205,9 +216,10 @@ func configText(cfg Config, token string) string {
 		if cfg.needsPrivateListener() {
 			b.WriteString("  no_advertise: true\n") // peers' clients must not learn the private address
 		}
+		writeRouteSecurity(&b, cfg)
 		b.WriteString("  routes: [\n")
 		for _, p := range cfg.Peers {
-			fmt.Fprintf(&b, "    %s\n", quote("nats-route://"+p))
+			fmt.Fprintf(&b, "    %s\n", quote(routeURL(cfg, p)))
 		}
 		b.WriteString("  ]\n}\n")
 	}
@@ -215,8 +227,9 @@ func configText(cfg Config, token string) string {
 }
 
 // writeClientListener configures the client listener: the operator's ClientAddr, or, when a
-// clustered node needs one anyway, a private one on a random loopback port that only clients
-// knowing token (the node itself) may use.
+// clustered node needs one anyway, a private one on a random loopback port. Either way only
+// known users connect: the node itself (its password is token, which only this process knows)
+// and, on ClientAddr, the users derived from the cluster secret.
 func writeClientListener(b *strings.Builder, cfg Config, token string) {
 	switch {
 	case cfg.ClientAddr != "":
@@ -227,8 +240,10 @@ func writeClientListener(b *strings.Builder, cfg Config, token string) {
 		fmt.Fprintf(b, "host: %s\nport: %s\n", quote(host), port)
 	case cfg.needsPrivateListener():
 		b.WriteString("host: \"127.0.0.1\"\nport: -1\n")
-		fmt.Fprintf(b, "authorization { token: %s }\n", quote(token))
+	default:
+		return
 	}
+	writeClientUsers(b, cfg, token)
 }
 
 // quote writes s as a double-quoted string of the nats config language, which knows only the

@@ -39,4 +39,14 @@
 //   - Close drains the connection before shutting the server down and waits for the shutdown to
 //     finish; a server abandoned mid-write can corrupt its JetStream store.
 //   - Connections reconnect forever: an mlstream node must never silently lose its NATS.
+//
+// Security (security.go): a route is a member of the cluster with every right, so routes
+// authenticate with a user and password derived from the cluster secret (Config.Secret) and/or
+// mutual TLS (Config.RouteTLS), and a route address or peer beyond loopback (or any route, with
+// RequireRouteAuth) refuses to start without one. The client listener accepts only known users:
+// the node's own connection (a password only its process knows), and with the secret the users
+// SourceUser (publishes outside mlstream's subjects and APIs, subscribes to nothing), AdminUser
+// (everything) and SystemUser (in the system account, only removes JetStream peers: RemovePeer).
+// These are nats-server's own mechanisms (cluster authorization and TLS, users with permissions,
+// the system account), set through the configuration text.
 package natsnode

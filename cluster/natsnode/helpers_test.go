@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// testSecret is the cluster secret of the tests' nodes.
+var testSecret = []byte("a test cluster secret, 16 bytes or more")
+
 func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

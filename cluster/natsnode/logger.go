@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 )
 
 // serverLogger adapts slog to the nats-server Logger interface. The server is chatty at its
@@ -28,9 +29,19 @@ func (l *serverLogger) emit(level slog.Level, format string, v []any) {
 
 func (l *serverLogger) Noticef(format string, v ...any) { l.emit(slog.LevelDebug, format, v) }
 func (l *serverLogger) Warnf(format string, v ...any)   { l.emit(slog.LevelWarn, format, v) }
-func (l *serverLogger) Errorf(format string, v ...any)  { l.emit(slog.LevelError, format, v) }
-func (l *serverLogger) Debugf(format string, v ...any)  { l.emit(slog.LevelDebug, format, v) }
-func (l *serverLogger) Tracef(format string, v ...any)  { l.emit(slog.LevelDebug, format, v) }
+func (l *serverLogger) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if strings.Contains(msg, "authentication error") || strings.Contains(msg, "TLS route handshake error") {
+		// A route or client that failed authentication: a stranger, or a node with another
+		// secret or certificate. Said plainly, not only in the server's words.
+		l.log.Error("refused a NATS connection that failed authentication: not an mlstream node of this cluster (or one with another --cluster-secret or certificate), or a client without valid credentials",
+			"server_message", msg)
+		return
+	}
+	l.log.Error(msg)
+}
+func (l *serverLogger) Debugf(format string, v ...any) { l.emit(slog.LevelDebug, format, v) }
+func (l *serverLogger) Tracef(format string, v ...any) { l.emit(slog.LevelDebug, format, v) }
 
 func (l *serverLogger) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,7 +57,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{name: cfg.Name, log: log, srv: srv, publicClients: cfg.ClientAddr != "", closed: make(chan struct{})}
-	n.nc, err = nats.Connect(srv.ClientURL(), n.connOptions(nats.InProcessServer(srv), nats.Token(token))...)
+	n.nc, err = nats.Connect(srv.ClientURL(), n.connOptions(nats.InProcessServer(srv), nats.UserInfo(nodeUser, token))...)
 	if err != nil {
 		stopServer(srv)
 		return nil, fmt.Errorf("natsnode: in-process connection: %w", err)
@@ -110,14 +111,15 @@ func stopServer(srv *server.Server) {
 
 // Connect connects to an external NATS (urls: comma-separated server URLs) under the
 // connection name name, and returns once its JetStream answers API calls, or fails when ctx
-// ends first. An unreachable server is retried until then.
-func Connect(ctx context.Context, urls string, name string, logger *slog.Logger) (*Node, error) {
+// ends first. An unreachable server is retried until then. opts add to the connection's options:
+// credentials and TLS (nats.UserCredentials, nats.RootCAs).
+func Connect(ctx context.Context, urls string, name string, logger *slog.Logger, opts ...nats.Option) (*Node, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	n := &Node{name: name, log: logger.With("node", name), closed: make(chan struct{})}
 	var err error
-	n.nc, err = nats.Connect(urls, n.connOptions(nats.RetryOnFailedConnect(true))...)
+	n.nc, err = nats.Connect(urls, n.connOptions(append([]nats.Option{nats.RetryOnFailedConnect(true)}, opts...)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("natsnode: connect to %s: %w", urls, err)
 	}
@@ -186,6 +188,49 @@ func (n *Node) Current() bool {
 		return true
 	}
 	return n.srv.JetStreamIsCurrent()
+}
+
+// Reach is how many servers of the cluster this node reaches, itself
+// included, out of how many JetStream's meta group counts: a node that
+// reaches no majority is cut off (its routes to the others timed out). For
+// an external NATS it is 1 of 1 while the connection is up, 0 of 1 while
+// it is down.
+func (n *Node) Reach() (reached, size int) {
+	if n.srv == nil {
+		if n.nc.IsConnected() {
+			return 1, 1
+		}
+		return 0, 1
+	}
+	size = n.ClusterSize()
+	rz, err := n.srv.Routez(nil)
+	if err != nil {
+		return 1, size
+	}
+	peers := make(map[string]bool, len(rz.Routes))
+	for _, r := range rz.Routes {
+		peers[r.RemoteName] = true
+	}
+	return 1 + len(peers), size
+}
+
+// Routed is the names of the servers the embedded server has routes to
+// (nil for an external NATS, whose servers are not mlstream nodes).
+func (n *Node) Routed() []string {
+	if n.srv == nil {
+		return nil
+	}
+	rz, err := n.srv.Routez(nil)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, r := range rz.Routes {
+		if !slices.Contains(names, r.RemoteName) {
+			names = append(names, r.RemoteName)
+		}
+	}
+	return names
 }
 
 // Conn is the node's NATS connection.

@@ -123,7 +123,7 @@ func TestStoreDirWithQuotesAndBackslashes(t *testing.T) {
 
 func TestClientAddrListensForOtherClients(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
-	n := startNode(t, ctx, Config{Name: "open", Dir: t.TempDir(), ClientAddr: "127.0.0.1:0"})
+	n := startNode(t, ctx, Config{Name: "open", Dir: t.TempDir(), ClientAddr: "127.0.0.1:0", Secret: testSecret})
 	addr := n.ClientAddr()
 	if _, port, _ := net.SplitHostPort(addr); port == "" || port == "0" || port == "4222" {
 		t.Fatalf("ClientAddr() = %q, want the free port picked for 127.0.0.1:0", addr)
@@ -131,7 +131,7 @@ func TestClientAddrListensForOtherClients(t *testing.T) {
 	if _, err := n.JetStream().CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "shared"}); err != nil {
 		t.Fatal(err)
 	}
-	other, err := nats.Connect("nats://" + addr)
+	other, err := nats.Connect("nats://"+addr, nats.UserInfo(AdminUser, Password(testSecret, AdminUser)))
 	if err != nil {
 		t.Fatalf("TCP client: %v", err)
 	}
@@ -168,7 +168,7 @@ func TestStartFailsOnServerFatal(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Name: "a", Dir: t.TempDir(), ClientAddr: taken.Addr().String()}, "listening on port"},
+		{Config{Name: "a", Dir: t.TempDir(), ClientAddr: taken.Addr().String(), Secret: testSecret}, "listening on port"},
 		{Config{Name: "b", Dir: t.TempDir(), ClusterAddr: taken.Addr().String(), Peers: []string{testaddr.Free(t)}}, "listening on router port"},
 		{Config{Name: "c", Dir: notDir}, "start JetStream"},
 	} {
@@ -207,7 +207,7 @@ func TestLoneClusteredNodeGivesUpWithCtx(t *testing.T) {
 		t.Errorf("Start returned %v after its context ended", d-1500*time.Millisecond)
 	}
 	// Everything was shut down: the store and the route port can be taken again.
-	n = startNode(t, testCtx(t, 10*time.Second), Config{Name: "lone", Dir: dir, ClientAddr: self})
+	n = startNode(t, testCtx(t, 10*time.Second), Config{Name: "lone", Dir: dir, ClientAddr: self, Secret: testSecret})
 	n.Close()
 }
 
@@ -229,6 +229,14 @@ func TestConfigRejected(t *testing.T) {
 		{Config{Name: "a", Dir: "d", ClusterAddr: self, Peers: []string{self, self}}, "no other node"},
 		{Config{Name: "a", Dir: "d", ClusterAddr: self, Peers: []string{self, "nohost"}}, "Peers"},
 		{Config{Name: "a", Dir: "d", Election: time.Second}, "two Raft heartbeats"},
+		// Routes and client ports open to strangers.
+		{Config{Name: "a", Dir: "d", ClusterAddr: "10.0.0.1:6222", Peers: []string{"10.0.0.2:6222"}}, "10.0.0.1:6222 is not a loopback"},
+		{Config{Name: "a", Dir: "d", ClusterAddr: ":6222", Peers: []string{"127.0.0.1:6223"}}, "not a loopback"},
+		{Config{Name: "a", Dir: "d", ClusterAddr: self, Peers: []string{"10.0.0.2:6222"}}, "10.0.0.2:6222 is not a loopback"},
+		{Config{Name: "a", Dir: "d", ClusterAddr: self, Peers: []string{"127.0.0.1:7002"}, RequireRouteAuth: true}, "authentication is required"},
+		{Config{Name: "a", Dir: "d", ClientAddr: "127.0.0.1:0"}, "needs the cluster secret"},
+		{Config{Name: "a", Dir: "d", Secret: []byte("short")}, "at least 16"},
+		{Config{Name: "a", Dir: "d", RouteTLS: RouteTLS{Cert: "c", Key: "k"}}, "all three"},
 	} {
 		_, err := Start(context.Background(), tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -253,8 +261,11 @@ func TestConfigTextRoutesOncePerPeer(t *testing.T) {
 		t.Errorf("cluster %q, server %q, NoSigs %v", opts.Cluster.Name, opts.ServerName, opts.NoSigs)
 	}
 	// Routes need a client listener: a private one, locked, and not advertised to peers.
-	if opts.DontListen || opts.Host != "127.0.0.1" || opts.Port != -1 || opts.Authorization != "secret" || !opts.Cluster.NoAdvertise {
-		t.Errorf("client listener: DontListen %v, %s:%d, token %q, NoAdvertise %v", opts.DontListen, opts.Host, opts.Port, opts.Authorization, opts.Cluster.NoAdvertise)
+	if opts.DontListen || opts.Host != "127.0.0.1" || opts.Port != -1 || !opts.Cluster.NoAdvertise {
+		t.Errorf("client listener: DontListen %v, %s:%d, NoAdvertise %v", opts.DontListen, opts.Host, opts.Port, opts.Cluster.NoAdvertise)
+	}
+	if len(opts.Users) != 1 || opts.Users[0].Username != nodeUser || opts.Users[0].Password != "secret" {
+		t.Errorf("private listener's users %+v, want only the node's own", opts.Users)
 	}
 	if opts.JetStreamMaxMemory != DefaultMaxMemory || opts.JetStreamMaxStore != DefaultMaxStore || opts.MaxPayload != DefaultMaxPayload {
 		t.Errorf("limits %d %d %d", opts.JetStreamMaxMemory, opts.JetStreamMaxStore, opts.MaxPayload)

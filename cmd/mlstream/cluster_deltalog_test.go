@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mlstream/mlstream/cluster/natsnode"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -22,7 +23,8 @@ import (
 func (c *testCluster) logDeltas() {
 	c.t.Helper()
 	for _, addr := range c.clients {
-		nc, err := nats.Connect("nats://"+addr, nats.Timeout(2*time.Second))
+		nc, err := nats.Connect("nats://"+addr, nats.Timeout(2*time.Second),
+			nats.UserInfo(natsnode.AdminUser, natsnode.Password(c.secret, natsnode.AdminUser)))
 		if err != nil {
 			continue
 		}

@@ -32,15 +32,21 @@ type testCluster struct {
 	args   [][]string
 	routes []string
 	// clients are the embedded NATS servers' client addresses, for a
-	// test to read the streams when it fails.
+	// test to read the streams when it fails (as the admin user of
+	// secret).
 	clients []string
+	secret  []byte
 }
 
 const clusterTTL = "2s"
 
 func startTestCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t}
+	c := &testCluster{t: t, secret: []byte("the test cluster's secret")}
+	secretFile := filepath.Join(t.TempDir(), "cluster.secret")
+	if err := os.WriteFile(secretFile, c.secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for range n {
 		c.routes = append(c.routes, testaddr.Free(t))
 	}
@@ -49,7 +55,7 @@ func startTestCluster(t *testing.T, n int, extra ...string) *testCluster {
 		c.clients = append(c.clients, testaddr.Free(t))
 		args := []string{"serve", "--addr", testaddr.Free(t), "--data", t.TempDir(), "--node", nodeName(i),
 			"--cluster", c.routes[i], "--peers", peers, "--lease-ttl", clusterTTL, "--partitions", "6",
-			"--nats-listen", c.clients[i]}
+			"--cluster-secret", secretFile, "--nats-listen", c.clients[i]}
 		c.args = append(c.args, append(args, extra...))
 	}
 	// Started together: a clustered node has no JetStream until a

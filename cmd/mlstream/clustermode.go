@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"github.com/mlstream/mlstream/cluster"
 	"github.com/mlstream/mlstream/cluster/natsnode"
 	"github.com/mlstream/mlstream/runtime"
+	"github.com/nats-io/nats.go"
 )
 
 // clusterOptions are the flags of cluster mode. Without --cluster or
@@ -35,6 +38,10 @@ type clusterOptions struct {
 	jsMaxStore     string
 	jsMaxMemory    string
 	jsElection     time.Duration
+	secretFile     string // --cluster-secret: route credentials and NATS users derive from it
+	routeTLS       natsnode.RouteTLS
+	natsCreds      string // --nats-creds: credentials file for --nats
+	natsCA         string // --nats-ca: CA of --nats's TLS certificates
 }
 
 func (c *clusterOptions) register(fs *flag.FlagSet) {
@@ -53,6 +60,12 @@ func (c *clusterOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.publishWait, "publish-wait", 3*time.Second, "cluster mode: how long ingest waits for JetStream's acknowledgement before answering 429")
 	fs.StringVar(&c.jsMaxStore, "js-max-store", "8GiB", "cluster mode: most disk the embedded JetStream server uses")
 	fs.StringVar(&c.jsMaxMemory, "js-max-memory", "256MiB", "cluster mode: most memory the embedded JetStream server's memory streams use")
+	fs.StringVar(&c.secretFile, "cluster-secret", "", "cluster mode: file holding the cluster's shared secret (the same on every node, 16 bytes or more): routes authenticate with credentials derived from it, and so do the users of --nats-listen")
+	fs.StringVar(&c.routeTLS.Cert, "cluster-tls-cert", "", "cluster mode: PEM certificate of this node for mutual TLS between routes (with --cluster-tls-key and --cluster-tls-ca)")
+	fs.StringVar(&c.routeTLS.Key, "cluster-tls-key", "", "cluster mode: PEM private key of --cluster-tls-cert")
+	fs.StringVar(&c.routeTLS.CA, "cluster-tls-ca", "", "cluster mode: PEM CA that signed every node's route certificate; both ends of a route verify the other")
+	fs.StringVar(&c.natsCreds, "nats-creds", "", "cluster mode, --nats: NATS credentials file (JWT and nkey) to connect with")
+	fs.StringVar(&c.natsCA, "nats-ca", "", "cluster mode, --nats: PEM CA to verify the NATS servers' TLS certificates (tls:// URLs)")
 	fs.DurationVar(&c.jsElection, "js-election", natsnode.DefaultElection, "cluster mode, embedded NATS: a JetStream Raft follower that hears nothing from its leader for this long (up to twice it) elects a new one; at least 2s (nats-server's own default: 4s, up to 9s)")
 }
 
@@ -67,7 +80,9 @@ type clusterRun struct {
 
 // startCluster starts (or connects to) NATS and prepares the node; the
 // engine comes next (cluster.Node.Start).
-func startCluster(ctx context.Context, o serverOptions, log *slog.Logger) (*clusterRun, error) {
+// tokens tells whether the service requires tokens: then its routes
+// must be authenticated even on loopback.
+func startCluster(ctx context.Context, o serverOptions, tokens bool, log *slog.Logger) (*clusterRun, error) {
 	c := o.cl
 	if c.routeAddr != "" && c.natsURL != "" {
 		return nil, errors.New("--cluster (embedded NATS) and --nats (an existing one) exclude each other")
@@ -96,7 +111,7 @@ func startCluster(ctx context.Context, o serverOptions, log *slog.Logger) (*clus
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	nn, err := startNATS(sctx, c, o.data, log)
+	nn, err := startNATS(sctx, c, o.data, tokens, log)
 	if err != nil {
 		return nil, err
 	}
@@ -117,13 +132,9 @@ func startCluster(ctx context.Context, o serverOptions, log *slog.Logger) (*clus
 	return &clusterRun{name: c.node, nats: nn, node: node}, nil
 }
 
-func startNATS(ctx context.Context, c clusterOptions, data string, log *slog.Logger) (*natsnode.Node, error) {
+func startNATS(ctx context.Context, c clusterOptions, data string, tokens bool, log *slog.Logger) (*natsnode.Node, error) {
 	if c.natsURL != "" {
-		nn, err := natsnode.Connect(ctx, c.natsURL, c.node, log)
-		if err != nil {
-			return nil, fmt.Errorf("--nats: %w", err)
-		}
-		return nn, nil
+		return connectNATS(ctx, c, log)
 	}
 	if data == "" {
 		return nil, errors.New("--cluster needs --data: the embedded NATS server keeps its streams there")
@@ -142,12 +153,69 @@ func startNATS(ctx context.Context, c clusterOptions, data string, log *slog.Log
 	if len(c.peerList(c.routeAddr)) <= 1 {
 		routeAddr, peers = "", nil
 	}
+	secret, err := readSecret(c.secretFile, log)
+	if err != nil {
+		return nil, err
+	}
+	if c.natsListen != "" && secret == nil {
+		return nil, fmt.Errorf("--nats-listen needs --cluster-secret: NATS clients connect as user %q (publish to the subjects jobs read as sources, nothing else) or %q, with passwords derived from the secret (mlstream cluster password --cluster-secret FILE --user %s)",
+			natsnode.SourceUser, natsnode.AdminUser, natsnode.SourceUser)
+	}
 	nn, err := natsnode.Start(ctx, natsnode.Config{Name: c.node, Dir: filepath.Join(data, "nats"), ClusterAddr: routeAddr,
-		Peers: peers, ClientAddr: c.natsListen, MaxMemory: maxMem, MaxStore: maxStore, Election: c.jsElection, Logger: log})
+		Peers: peers, ClientAddr: c.natsListen, MaxMemory: maxMem, MaxStore: maxStore, Election: c.jsElection,
+		Secret: secret, RouteTLS: c.routeTLS, RequireRouteAuth: tokens, Logger: log})
+	if errors.Is(err, natsnode.ErrOpenRoutes) {
+		why := "anyone who reaches the route port could join the cluster, read every event and change every job"
+		if tokens {
+			why = "the service requires tokens (--auth-file), so its routes must not be open one port over, even on loopback"
+		}
+		return nil, fmt.Errorf("--cluster: %w; %s. Add --cluster-secret FILE, the same file on every node (make one with: head -c 32 /dev/urandom | base64 > cluster.secret && chmod 600 cluster.secret), and/or mutual TLS (--cluster-tls-cert, --cluster-tls-key, --cluster-tls-ca)", err, why)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
 	}
 	return nn, nil
+}
+
+// connectNATS connects to the external NATS of --nats, with its
+// credentials and CA when given.
+func connectNATS(ctx context.Context, c clusterOptions, log *slog.Logger) (*natsnode.Node, error) {
+	var opts []nats.Option
+	if c.natsCreds != "" {
+		if _, err := os.Stat(c.natsCreds); err != nil {
+			return nil, fmt.Errorf("--nats-creds: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(c.natsCreds))
+	}
+	if c.natsCA != "" {
+		opts = append(opts, nats.RootCAs(c.natsCA))
+	}
+	nn, err := natsnode.Connect(ctx, c.natsURL, c.node, log, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--nats: %w", err)
+	}
+	return nn, nil
+}
+
+// readSecret reads the cluster secret of --cluster-secret (nil without
+// one): the file's content without surrounding white space. A file that
+// others may read is warned about.
+func readSecret(path string, log *slog.Logger) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-secret: %w", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < natsnode.MinSecret {
+		return nil, fmt.Errorf("--cluster-secret %s: %d bytes, want at least %d (make one with: head -c 32 /dev/urandom | base64 > %s)", path, len(b), natsnode.MinSecret, path)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		log.Warn("the cluster secret file may be read by other users: chmod 600 it", "file", path, "mode", fi.Mode().Perm().String())
+	}
+	return b, nil
 }
 
 // peerList is --peers as a list, with self added when not empty and
@@ -184,3 +252,80 @@ func (cr *clusterRun) start(ctx context.Context, engine *runtime.Engine, specs [
 func (cr *clusterRun) leave(ctx context.Context) error { return cr.node.Close(ctx) }
 
 func (cr *clusterRun) close() { _ = cr.nats.Close() }
+
+// runClusterCmd is "mlstream cluster": tools for an operator of a cluster.
+//
+//	mlstream cluster password --cluster-secret FILE [--user source|admin|system]
+//	mlstream cluster peer-remove NAME --server nats://HOST:PORT --cluster-secret FILE
+func runClusterCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "password":
+			return runClusterPassword(args[1:], stdout, stderr)
+		case "peer-remove":
+			return runPeerRemove(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintln(stderr, "usage: mlstream cluster password --cluster-secret FILE [--user source|admin|system]\n       mlstream cluster peer-remove NAME --server nats://HOST:PORT --cluster-secret FILE")
+	return errUsage
+}
+
+func runClusterPassword(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mlstream cluster password", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	secretFile := fs.String("cluster-secret", "", "the cluster's secret file (as given to serve)")
+	user := fs.String("user", natsnode.SourceUser, "the NATS user of --nats-listen: "+natsnode.SourceUser+" (publishes to the subjects jobs read as sources), "+natsnode.AdminUser+" (everything) or "+natsnode.SystemUser+" (removes JetStream peers)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *user != natsnode.SourceUser && *user != natsnode.AdminUser && *user != natsnode.SystemUser {
+		return fmt.Errorf("--user must be %s, %s or %s, got %q", natsnode.SourceUser, natsnode.AdminUser, natsnode.SystemUser, *user)
+	}
+	secret, err := requiredSecret(*secretFile, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, natsnode.Password(secret, *user))
+	return nil
+}
+
+// runPeerRemove removes a departed node (or a stranger) from JetStream's
+// peers, through a node's --nats-listen as the system user.
+func runPeerRemove(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mlstream cluster peer-remove", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	secretFile := fs.String("cluster-secret", "", "the cluster's secret file (as given to serve)")
+	server := fs.String("server", "", "nats://HOST:PORT of a running node's --nats-listen")
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(stderr, "usage: mlstream cluster peer-remove NAME --server nats://HOST:PORT --cluster-secret FILE")
+		return errUsage
+	}
+	name := args[0]
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if *server == "" {
+		return errors.New("--server is required: the NATS client address (--nats-listen) of a running node")
+	}
+	secret, err := requiredSecret(*secretFile, stderr)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(*server, nats.UserInfo(natsnode.SystemUser, natsnode.Password(secret, natsnode.SystemUser)))
+	if err != nil {
+		return fmt.Errorf("--server %s: %w", *server, err)
+	}
+	defer nc.Close()
+	if err := natsnode.RemovePeer(nc, name, 10*time.Second); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "removed %s from the cluster's JetStream peers\n", name)
+	return nil
+}
+
+func requiredSecret(path string, stderr io.Writer) ([]byte, error) {
+	if path == "" {
+		return nil, errors.New("--cluster-secret is required")
+	}
+	return readSecret(path, slog.New(slog.NewTextHandler(stderr, nil)))
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
@@ -64,6 +65,14 @@ func startDemoCluster(o *serverOptions, n int, stdout io.Writer) (*demoCluster, 
 		return nil, err
 	}
 	peers := strings.Join(routes, ",")
+	// The routes authenticate with a secret of the demo's own (needed when
+	// the demo has tokens, and harmless otherwise).
+	if o.cl.secretFile == "" {
+		o.cl.secretFile = filepath.Join(root, "cluster.secret")
+		if err := os.WriteFile(o.cl.secretFile, []byte(rand.Text()), 0o600); err != nil {
+			return nil, err
+		}
+	}
 	o.cl.node, o.cl.routeAddr, o.cl.peers, o.data = "n1", routes[0], peers, filepath.Join(root, "n1")
 	if o.shutdownGrace > demoStopGrace {
 		o.shutdownGrace = demoStopGrace
@@ -77,7 +86,8 @@ func startDemoCluster(o *serverOptions, n int, stdout io.Writer) (*demoCluster, 
 			return nil, err
 		}
 		cmd := exec.Command(self, "serve", "--addr", addrs[i], "--data", filepath.Join(root, name), "--node", name,
-			"--cluster", routes[i], "--peers", peers, "--lease-ttl", o.cl.leaseTTL.String(), "--shutdown-timeout", o.shutdownGrace.String())
+			"--cluster", routes[i], "--peers", peers, "--lease-ttl", o.cl.leaseTTL.String(), "--shutdown-timeout", o.shutdownGrace.String(),
+			"--cluster-secret", o.cl.secretFile)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		// The children go with the demo, even when it is killed; a
 		// process group of their own keeps the terminal's Ctrl-C from

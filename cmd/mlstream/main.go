@@ -30,6 +30,9 @@ Usage:
   mlstream replay FILE --stream S [--url URL] [--rate R] [--batch N]
                                                                stream an NDJSON file to a server
   mlstream model  export|import|inspect ...                    a job's model to and from a file; what a file holds
+  mlstream cluster password --cluster-secret FILE [--user U]   the password of a NATS user of --nats-listen
+  mlstream cluster peer-remove NAME --server URL --cluster-secret FILE
+                                                               remove a departed node from JetStream's peers
   mlstream version                                             print the version, commit and Go version
 
 Listening beyond loopback needs bearer tokens (--auth-file, or
@@ -59,6 +62,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runReplay(ctx, args[1:], stdout, stderr)
 	case "model":
 		err = runModel(ctx, args[1:], stdout, stderr)
+	case "cluster":
+		err = runClusterCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		readBuildInfo().print(stdout)
 	case "help", "-h", "--help":

@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +24,16 @@ func TestClusterPartitionedNodeHeals(t *testing.T) {
 	for i := range 3 {
 		routes = append(routes, net.addr(i, 6222))
 	}
+	// Routes beyond loopback need the secret.
+	secret := filepath.Join(t.TempDir(), "cluster.secret")
+	if err := os.WriteFile(secret, []byte("the netns cluster's secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var nodes []*proc
 	for i := range 3 {
 		nodes = append(nodes, net.start(t, i, "serve", "--addr", net.addr(i, 8080), "--insecure-no-auth", "--data", t.TempDir(),
 			"--node", nodeName(i), "--cluster", routes[i], "--peers", strings.Join(routes, ","), "--lease-ttl", clusterTTL,
+			"--cluster-secret", secret,
 			"--partitions", "6"))
 	}
 	c := &testCluster{t: t, nodes: nodes}
@@ -38,6 +47,8 @@ func TestClusterPartitionedNodeHeals(t *testing.T) {
 
 	net.link(2, false)
 	c.waitOwned(0, "top", 60*time.Second, "n1", "n2")
+	// n3, cut off, says it is stale (it answers, with a frozen model).
+	net.waitReady(2, http.StatusServiceUnavailable, `"status":"stale"`, 30*time.Second)
 	for i := 9; i < 19; i++ {
 		ok, err := retryingPost(t.Context(), c.url(i%2), "clicks", clickBody(i*100, 100))
 		if !ok {
@@ -49,6 +60,7 @@ func TestClusterPartitionedNodeHeals(t *testing.T) {
 
 	net.link(2, true)
 	c.waitOwned(0, "top", 90*time.Second, "n1", "n2", "n3")
+	net.waitReady(2, http.StatusOK, `"status":"ready"`, 30*time.Second)
 	sent += c.postRetrying(19, 28)
 	for i := range 3 {
 		waitTotal(t, c.url(i), "top", uint64(sent), 60*time.Second)
@@ -101,6 +113,9 @@ func netnsUnavailable() string {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return "no ip(8)"
 	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		return "no curl (to read a cut-off node's /readyz from its namespace)"
+	}
 	name := fmt.Sprintf("mlsprobe%d", os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		return fmt.Sprintf("ip netns add: %v: %s", err, out)
@@ -129,6 +144,23 @@ func (ns *netns) link(i int, up bool) {
 		state = "up"
 	}
 	ns.ip("link", "set", ns.veth(i), state)
+}
+
+// waitReady waits until node i's /readyz, read from inside its namespace
+// (the test cannot reach a node whose link is down), answers code with a
+// body holding want.
+func (ns *netns) waitReady(i, code int, want string, within time.Duration) {
+	ns.t.Helper()
+	url := "http://" + ns.addr(i, 8080) + "/readyz"
+	var got string
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		out, _ := exec.Command("ip", "netns", "exec", ns.name(i), "curl", "-s", "-m", "2", "-w", "\n%{http_code}", url).Output()
+		got = string(out)
+		if strings.HasSuffix(got, "\n"+strconv.Itoa(code)) && strings.Contains(got, want) {
+			return
+		}
+	}
+	ns.t.Fatalf("node %d's /readyz answered %q, want %d with %s", i, got, code, want)
 }
 
 // start runs the binary in node i's namespace.

@@ -282,7 +282,7 @@ func serve(ctx context.Context, o serverOptions) error {
 	reg := prometheus.NewRegistry()
 	var cl *clusterRun
 	if o.cl.enabled() {
-		if cl, err = startCluster(ctx, o, log); err != nil {
+		if cl, err = startCluster(ctx, o, edge.auth != nil, log); err != nil {
 			return err
 		}
 		defer cl.close()
