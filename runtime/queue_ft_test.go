@@ -24,7 +24,7 @@ func TestRefusedBatchIsNotPending(t *testing.T) {
 	if p := pending(); p != 15 {
 		t.Fatalf("pending %d, want 15", p)
 	}
-	log := j.ft.parts[0].log.(*ft.ItemLog)
+	log := itemLog(j.ft.parts[0])
 	log.SetAppendHook(func(uint64, uint64) error { return errors.New("injected write error") })
 	// 25 > l: the push must log what is pending, and cannot.
 	if _, err := ingest(e, "s", events(10, 15)...); !errors.Is(err, ErrDurability) {
@@ -45,4 +45,13 @@ func TestRefusedBatchIsNotPending(t *testing.T) {
 	if p := pending(); p != 0 {
 		t.Fatalf("pending %d once processed, want 0", p)
 	}
+}
+
+// itemLog is the ft.ItemLog a partition appends to now.
+func itemLog(p *partFT) *ft.ItemLog {
+	l, err := p.log.(*healingLog).current()
+	if err != nil {
+		panic(err)
+	}
+	return l.(*ft.ItemLog)
 }

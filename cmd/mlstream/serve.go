@@ -371,7 +371,7 @@ func newAPIServer(o serverOptions, engine *runtime.Engine, reg *prometheus.Regis
 		Engine: engine, MaxBodyBytes: o.maxBody, MaxEventBytes: int(o.maxEvent),
 		WSBacklog: o.wsBacklog, MaxWSClients: o.maxWSClients, WSSlowTimeout: o.wsSlowTimeout,
 		Gatherer: reg, Registerer: metricsRegisterer(reg, cl), Auth: edge.auth, LoopbackHosts: edge.loopback && edge.auth == nil,
-		Dashboard: web.Handler(api.NotFound), Logger: log,
+		Dashboard: web.Handler(api.NotFound), Logger: log, DataDir: o.data,
 	}
 	if cl != nil {
 		cfg.Jobs, cfg.Cluster = cl.node, cl.node
