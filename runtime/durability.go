@@ -105,10 +105,10 @@ func (h *healingLog) failed(l ft.PartitionLog, err error) error {
 	return err
 }
 
-// heal reopens a broken log; mu held for writing.
+// heal reopens a broken log, unless it was closed; mu held for writing.
 func (h *healingLog) heal() error {
-	if h.broken == nil {
-		return nil
+	if h.broken == nil || errors.Is(h.broken, ft.ErrClosed) {
+		return h.broken
 	}
 	if h.cur != nil {
 		_ = h.cur.Close()
