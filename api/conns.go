@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -34,6 +35,8 @@ type ConnLimiter struct {
 	lastLog      time.Time
 	refusedSince int
 
+	refusing chan struct{} // a slot per refused connection being answered
+
 	open   prometheus.Gauge
 	closed *prometheus.CounterVec
 }
@@ -52,7 +55,7 @@ func NewConnLimiter(max int, reg prometheus.Registerer, log *slog.Logger) *ConnL
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &ConnLimiter{max: max, log: log, conns: map[net.Conn]*connEntry{},
+	c := &ConnLimiter{max: max, log: log, conns: map[net.Conn]*connEntry{}, refusing: make(chan struct{}, maxRefusing),
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mlstream_http_connections",
 			Help: "HTTP connections open (WebSocket ones included).",
@@ -131,20 +134,40 @@ func (c *ConnLimiter) oldestIdle() net.Conn {
 // refusalBody is what a refused plain-HTTP connection reads.
 const refusalBody = `{"error":"too many connections to this server (--max-conns); retry later"}` + "\n"
 
-// refuse answers a connection past the cap and closes it.
+// refuse answers a connection past the cap and closes it. The answer
+// waits for the request's header (at most refuseWait): a client reads a
+// response that comes before its request as a broken connection, not as
+// a 503. At most maxRefusing connections wait so at once; past that, and
+// on TLS, a refused connection is closed without an answer.
 func (c *ConnLimiter) refuse(conn net.Conn, tlsOn bool) {
 	c.mu.Lock()
 	c.note("max_conns")
 	c.mu.Unlock()
-	if !tlsOn {
-		// A fresh socket's send buffer takes this at once; the deadline
-		// only guards Accept against the odd case.
-		_ = conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	select {
+	case c.refusing <- struct{}{}:
+	default:
+		tlsOn = true
+	}
+	if tlsOn {
+		_ = conn.Close()
+		return
+	}
+	go func() {
+		defer func() { <-c.refusing }()
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(refuseWait))
+		_, _ = http.ReadRequest(bufio.NewReader(conn))
 		_, _ = fmt.Fprintf(conn, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
 			len(refusalBody), refusalBody)
-	}
-	_ = conn.Close()
+	}()
 }
+
+// refuseWait bounds how long a refused connection is held for its answer;
+// maxRefusing how many are held at once.
+const (
+	refuseWait  = time.Second
+	maxRefusing = 64
+)
 
 // note counts a connection closed by the cap and logs, at most once per
 // logEvery, how many were; mu held.
