@@ -84,7 +84,17 @@ func newEntry(scope, tok string) (tokenEntry, error) {
 
 // parseTokenFile reads "scope token" lines; blank lines and lines
 // starting with # are skipped. Errors name the line, never the token.
+//
+// Every line must end with a newline: a file read while it is being
+// written ends inside a line, and its last token may be a prefix of the
+// real one, itself long enough to be valid. Refusing the file keeps the
+// previous tokens until the writer is done (writing a new file and
+// renaming it over the old avoids the window altogether).
 func parseTokenFile(data []byte) ([]tokenEntry, error) {
+	if i := bytes.LastIndexByte(data, '\n'); len(bytes.TrimSpace(data[i+1:])) > 0 {
+		return nil, fmt.Errorf("line %d does not end with a newline: the file may be half-written (end every line with a newline, and replace the file by renaming a new one over it)",
+			bytes.Count(data, []byte{'\n'})+1)
+	}
 	var out []tokenEntry
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
@@ -189,6 +199,10 @@ func (a *Auth) load() error {
 		}
 		entries = append(entries, fromFile...)
 		a.stamp = fileStamp{st.Size(), st.ModTime()}
+		if perm := st.Mode().Perm(); perm&0o077 != 0 {
+			a.log.Warn("--auth-file is readable or writable by other users: anyone who reads it holds the tokens; make it private with chmod 600",
+				"file", a.file, "mode", perm.String())
+		}
 	}
 	a.entries.Store(&entries)
 	return nil

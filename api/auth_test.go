@@ -292,3 +292,75 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A token file read while it is being written (here: cut inside its last
+// line, as a writer that writes in place leaves it for a moment) never
+// makes a prefix of a token valid: the reload is refused and the old
+// tokens stay. A whole file that is then written goes in.
+func TestAuthFileHalfWritten(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte("read "+readTok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	a, err := NewAuth(file, "", slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, func(_ *runtime.Config, c *Config) { c.Auth = a })
+	status := func(tok string) int {
+		ts.token = tok
+		code, _, _ := ts.do("GET", "/v1/jobs", "", nil)
+		return code
+	}
+	prefix := adminTok[:MinTokenLen+2]
+	whole := "read " + readTok + "\nadmin " + adminTok + "\n"
+	if err := os.WriteFile(file, []byte(whole[:strings.Index(whole, prefix)+len(prefix)]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "line 2 does not end with a newline") {
+		t.Fatalf("reload of a half-written file: %v", err)
+	}
+	if got := status(prefix); got != 401 {
+		t.Fatalf("a prefix of a token answered %d", got)
+	}
+	if got := status(readTok); got != 200 {
+		t.Fatalf("the old token answered %d after the refused reload", got)
+	}
+	if err := os.WriteFile(file, []byte(whole), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if status(adminTok) != 200 || status(prefix) != 401 {
+		t.Fatalf("after the whole file: admin %d, prefix %d", status(adminTok), status(prefix))
+	}
+	if strings.Contains(logs.String(), prefix) {
+		t.Fatalf("the log shows a token: %s", logs.String())
+	}
+}
+
+// A token file others may read gets a warning naming the fix; a private
+// one none.
+func TestAuthFileModeWarning(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens")
+	for _, c := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o600, false}, {0o400, false}, {0o644, true}, {0o660, true}} {
+		if err := os.WriteFile(file, []byte("read "+readTok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(file, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		var logs syncBuffer
+		if _, err := NewAuth(file, "", slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(logs.String(), "chmod 600"); got != c.warn {
+			t.Errorf("mode %v: warning %v, want %v (log: %s)", c.mode, got, c.warn, logs.String())
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net/http"
 	"os"
@@ -336,6 +337,27 @@ func (s *Server) engineError(w http.ResponseWriter, stream string, err error, ev
 	case errors.Is(err, runtime.ErrUnknownStream):
 		s.engine.Refused(stream, "unknown_stream", events)
 		writeError(w, http.StatusNotFound, apiError{Error: fmt.Sprintf("no job reads stream %q; declare a job with input %q first", stream, stream)})
+	case errors.Is(err, runtime.ErrDurability):
+		// Counted by the engine. Nothing of the request is processed; the
+		// next request tries the disk again.
+		s.log.Error("ingest refused: events could not be made durable", "stream", stream, "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(storageRetryAfter))
+		// The system's reason, without the server's paths.
+		cause := "a storage error"
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			cause = pe.Err.Error()
+		}
+		writeError(w, http.StatusInsufficientStorage, apiError{
+			Error:        "the events could not be made durable (" + cause + "); nothing of this request was accepted: retry it later (with the same Idempotency-Key)",
+			RetryAfterMs: storageRetryAfter * 1000,
+		})
+	case errors.Is(err, runtime.ErrBackupsFailing):
+		// Counted by the engine.
+		w.Header().Set("Retry-After", strconv.Itoa(storageRetryAfter))
+		writeError(w, http.StatusTooManyRequests, apiError{
+			Error:        err.Error() + ": taking more events would lose them past the job's loss bound on a crash; nothing of this request was accepted, retry later",
+			RetryAfterMs: storageRetryAfter * 1000,
+		})
 	case errors.Is(err, runtime.ErrBusy):
 		// ErrBusy is counted by the engine.
 		d := s.engine.RetryAfter(stream)
@@ -358,6 +380,11 @@ func (s *Server) engineError(w http.ResponseWriter, stream string, err error, ev
 		writeError(w, http.StatusInternalServerError, apiError{Error: err.Error()})
 	}
 }
+
+// storageRetryAfter is the Retry-After, in seconds, of a request refused
+// because the disk did not take it: long enough not to hammer a full
+// disk, short enough to resume soon after space returns.
+const storageRetryAfter = 2
 
 // predictResponse is the body of POST /v1/jobs/{job}/predict.
 type predictResponse struct {

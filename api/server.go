@@ -53,6 +53,9 @@ type Config struct {
 	// loopback name or address (421): set it on a loopback listener
 	// without tokens, against DNS rebinding.
 	LoopbackHosts bool
+	// DataDir is the data directory (--data; empty: none): /readyz is not
+	// ready while it cannot be written.
+	DataDir string
 	// Dashboard serves GET / (default: 404).
 	Dashboard http.Handler
 	Logger    *slog.Logger
@@ -90,6 +93,7 @@ type Server struct {
 	router    chi.Router
 	wsClients atomic.Int64
 	refused   *prometheus.CounterVec
+	disk      *diskProbe // nil without a data directory
 }
 
 // New returns a server; it answers /readyz with 503 until SetReady(true).
@@ -98,6 +102,9 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, engine: cfg.Engine, jobs: cfg.Jobs, log: cfg.Logger}
 	if s.jobs == nil {
 		s.jobs = cfg.Engine
+	}
+	if cfg.DataDir != "" {
+		s.disk = &diskProbe{dir: cfg.DataDir, log: cfg.Logger}
 	}
 	s.registerMetrics()
 	r := chi.NewRouter()
@@ -109,19 +116,7 @@ func New(cfg Config) *Server {
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !s.ready.Load() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
-			return
-		}
-		if c, ok := s.cfg.Cluster.(staleNode); ok {
-			if reason, behind, stale := c.Stale(); stale {
-				writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "stale", "reason": reason, "behind_ms": behind.Milliseconds()})
-				return
-			}
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
+	r.Get("/readyz", s.readyz)
 	r.With(knownParams()).Get("/v1/openapi.json", serveOpenAPI)
 	read, ingest, admin := s.require(ScopeRead), s.require(ScopeIngest), s.require(ScopeAdmin)
 	r.With(read).Get("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP)

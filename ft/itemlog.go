@@ -437,6 +437,13 @@ func (l *ItemLog) writeBuf() error {
 		return nil
 	}
 	n, err := l.f.Write(l.buf)
+	if err != nil && n > 0 && l.f.Truncate(l.segs[len(l.segs)-1].size) == nil {
+		// A record cut short (a full disk) would read as damage in the
+		// middle of the log once the log is reopened and appends after
+		// it. None of the buffer was ever durable: cut it all off (a
+		// truncation needs no space).
+		n = 0
+	}
 	l.segs[len(l.segs)-1].size += int64(n)
 	if err != nil {
 		// A partial record may be on disk now; never append after it.

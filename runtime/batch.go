@@ -52,6 +52,8 @@ type jobBatch struct {
 	// feats and vals mark the arena's lengths before AddBytes's event.
 	bytes       ByteExtractor
 	feats, vals int
+	// req is the job's share of the request in mode exact (ftrequest.go).
+	req *ftRequest
 	// rec is the record being extracted: a field rather than a local, as
 	// a local would escape through the kind's Extract, one allocation per
 	// event.
@@ -220,7 +222,7 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 	defer b.leaveJobs()
 	b.shedLoad()
 	held, err := b.reserve(ctx)
-	if errors.Is(err, ErrBusy) {
+	if errors.Is(err, ErrBusy) && !errors.Is(err, ErrBackupsFailing) {
 		b.countBusy()
 	}
 	if err != nil {
@@ -228,15 +230,48 @@ func (b *Batch) Commit(ctx context.Context) (int, error) {
 		b.releaseBuffers()
 		return 0, err
 	}
-	durable, err := b.push()
-	if err != nil {
-		return 0, err
-	}
-	if err := commitLogs(durable); err != nil {
+	if err := b.pushDurably(held); err != nil {
+		b.e.metrics.refused(b.stream, "storage", b.events)
 		return 0, err
 	}
 	b.e.metrics.accepted(b.stream, b.events)
 	return b.events, nil
+}
+
+// pushDurably queues the reserved records and, in mode exact, makes them
+// durable before it returns. A request that cannot be made durable is
+// refused whole: none of its events is processed (commitGate).
+func (b *Batch) pushDurably(held reservations) error {
+	var gate *commitGate
+	if b.exact() {
+		gate = newCommitGate()
+	}
+	durable, err := b.push(held, gate)
+	if err == nil {
+		err = commitLogs(durable)
+	}
+	gate.resolve(err == nil)
+	if err != nil {
+		for _, jb := range b.jobs {
+			jb.req.abandon()
+		}
+		return err
+	}
+	for _, jb := range b.jobs {
+		jb.job.accepted.Add(uint64(b.events) - jb.shedStats.shed)
+		jb.job.shed.add(jb.shedStats)
+	}
+	return nil
+}
+
+// exact says whether a job of the request is in mode exact.
+func (b *Batch) exact() bool {
+	for _, jb := range b.jobs {
+		if jb.job.durablePart(0) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // enter admits the request to its jobs (enterJobs), waiting at most
@@ -430,6 +465,10 @@ func (b *Batch) reserve(ctx context.Context) (reservations, error) {
 				return held, fmt.Errorf("%w: %d events for partition %d of job %q, whose queue holds %d; send smaller requests",
 					ErrTooLarge, len(recs), i, jb.job.spec.Name, q.capacity)
 			}
+			if jb.job.unprotected() {
+				b.e.metrics.refused(b.stream, "backups_failing", b.events)
+				return held, fmt.Errorf("%w: job %q", ErrBackupsFailing, jb.job.spec.Name)
+			}
 			q.waitPending(pendCtx, len(recs))
 			if err := q.reserve(ctx, len(recs)); err != nil {
 				b.e.metrics.refused(b.stream, "busy", b.events)
@@ -441,24 +480,28 @@ func (b *Batch) reserve(ctx context.Context) (reservations, error) {
 	return held, nil
 }
 
-// push queues the reserved records and returns the item logs that must
-// be committed before the reply (mode exact).
-func (b *Batch) push() ([]*partFT, error) {
-	var durable []*partFT
+// push queues the reserved records (held), each batch behind gate, and
+// returns the item-log parts that must be committed before the reply
+// (mode exact). On an error the room not yet used is given back.
+func (b *Batch) push(held reservations, gate *commitGate) ([]durablePart, error) {
+	var durable []durablePart
 	for _, jb := range b.jobs {
 		jb.job.keys.observe(jb.parts)
-		req := jb.job.ftRequest(jb.parts)
+		jb.req = jb.job.ftRequest(jb.parts)
 		bufs := jb.lend()
 		for i, recs := range jb.parts {
 			if len(recs) == 0 {
 				continue
 			}
 			q := jb.job.parts[i].q
-			if err := q.push(recs, b.now, req, bufs); err != nil {
+			held = held[1:] // this one's room: used, or given back here
+			if err := q.pushBatchFT(&batch{recs: recs, enqueued: b.now, bufs: bufs, commit: gate}, jb.req); err != nil {
 				q.unreserve(len(recs))
 				bufs.release()
 				if errors.Is(err, ErrDurability) {
-					req.abandon()
+					jb.releaseFrom(bufs, i+1)
+					held.release()
+					b.releaseBuffers() // of the jobs after this one
 					return nil, err
 				}
 				// The job was deleted while this request was in flight; its
@@ -466,22 +509,37 @@ func (b *Batch) push() ([]*partFT, error) {
 				continue
 			}
 			if p := jb.job.durablePart(i); p != nil {
-				durable = append(durable, p)
+				durable = append(durable, durablePart{p, recs[len(recs)-1].Seq})
 			}
 		}
-		jb.job.accepted.Add(uint64(b.events) - jb.shedStats.shed)
-		jb.job.shed.add(jb.shedStats)
 		jb.job.featsPerEvent.Store(int64(len(jb.arena.feats) / b.events))
 	}
 	return durable, nil
 }
 
-// commitLogs makes the item logs durable: a group commit, so concurrent
-// requests share the fsyncs.
-func commitLogs(logs []*partFT) error {
-	for _, p := range logs {
-		if err := p.log.Commit(); err != nil {
-			return fmt.Errorf("%w: %v", ErrDurability, err)
+// releaseFrom gives back the holds on bufs (lent) of the partitions from
+// i on, which will not be queued.
+func (jb *jobBatch) releaseFrom(bufs *buffers, i int) {
+	for _, recs := range jb.parts[i:] {
+		if len(recs) > 0 {
+			bufs.release()
+		}
+	}
+}
+
+// durablePart is a partition's item log and the last seq a request put
+// in it.
+type durablePart struct {
+	p    *partFT
+	last uint64
+}
+
+// commitLogs makes the item logs durable up to the request's records: a
+// group commit, so concurrent requests share the fsyncs.
+func commitLogs(logs []durablePart) error {
+	for _, d := range logs {
+		if err := d.p.log.(*healingLog).commitThrough(d.last); err != nil {
+			return fmt.Errorf("%w: %w", ErrDurability, err)
 		}
 	}
 	return nil

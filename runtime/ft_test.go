@@ -465,7 +465,7 @@ func TestExactRequestCutBetweenPartsIsNotReplayed(t *testing.T) {
 	// The "crash": partition 1's part is never appended. Partition 0's is,
 	// and is made durable, as another request's group commit would.
 	crash := errors.New("injected crash")
-	j.ft.parts[1].log.(*ft.ItemLog).SetAppendHook(func(uint64, uint64) error { return crash })
+	itemLog(j.ft.parts[1]).SetAppendHook(func(uint64, uint64) error { return crash })
 	cut := events(20, 0)
 	if _, err := ingest(e, "s", cut...); !errors.Is(err, ErrDurability) {
 		t.Fatalf("the cut request: %v", err)

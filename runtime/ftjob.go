@@ -187,12 +187,15 @@ func newJobFT(spec Spec, storage ft.Storage, k ftKind, hub *Hub, log *slog.Logge
 		if len(ops) > 1 {
 			u.key.Partition = slotUnit(slot, u.parts[0])
 		}
-		u.backups = js.Backups(u.key.Partition)
+		u.backups = &watchedBackups{UnitBackups: js.Backups(u.key.Partition)} // durability.go
 		f.units = append(f.units, u)
 	}
 	for i := range spec.Partitions {
 		pf := &partFT{index: i, mode: spec.FT.Mode}
-		if pf.log, err = js.OpenItemLog(slotUnit(slot, i), ft.ItemLogConfig{MaxPayload: maxFrameBytes}); err != nil {
+		open := func() (ft.PartitionLog, error) {
+			return js.OpenItemLog(slotUnit(slot, i), ft.ItemLogConfig{MaxPayload: maxFrameBytes})
+		}
+		if pf.log, err = openHealingLog(open); err != nil { // durability.go
 			f.closeFiles()
 			return nil, fmt.Errorf("item log of partition %d: %w", i, err)
 		}

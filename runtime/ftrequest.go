@@ -39,11 +39,9 @@ import (
 //     logs (then r is whole, though never acknowledged: the client got no
 //     answer and may send it again, as after any lost reply), else none.
 //
-// What this does not cover: an event is processed as soon as it is
-// queued, before its request is durable, so a backup taken at that moment
-// may hold part of a request that a crash then cuts short. In mode exact,
-// backups are taken every 100,000 events (replayBudget) and at window ends;
-// a crash in that window can leave such a partial request in the state.
+// A request's batches are processed only once every part is durable
+// (commitGate, durability.go), and dropped if one part could not be: no
+// backup holds part of a request that a crash then cuts short.
 
 // ftRequest is a request's share of one job in mode exact when it spans
 // several partitions; nil otherwise (its methods accept a nil receiver).

@@ -263,6 +263,12 @@ func (p *partition) run() {
 					continue
 				}
 				p.job.gate.wait()
+				if !b.commit.admitted() {
+					// Its request was refused, not durable: never processed.
+					p.q.done(b)
+					batches[i] = nil
+					continue
+				}
 				n := len(b.recs)
 				start := time.Now()
 				recs := p.shedStale(b, start)

@@ -29,6 +29,9 @@ type batch struct {
 	// run, if set, makes this a batch of no records that runs run on the
 	// partition's goroutine instead (Job.Do).
 	run func()
+	// commit, in mode exact, holds the batch until its request is durable,
+	// and drops it if the request was refused (durability.go).
+	commit *commitGate
 }
 
 // queue is a partition's bounded input: capacity is counted in events,
@@ -138,17 +141,13 @@ func (q *queue) reserve(ctx context.Context, n int) error {
 // unreserve gives back room that was reserved but not used.
 func (q *queue) unreserve(n int) { q.room.Release(int64(n)) }
 
-// push appends reserved records, stamping their sequence numbers; req is
-// their request's share of the job in mode exact, or nil. bufs hold the
-// arrays of recs (or are nil), released once the records are processed.
-func (q *queue) push(recs []Record, now time.Time, req *ftRequest, bufs *buffers) error {
-	return q.pushBatchFT(&batch{recs: recs, enqueued: now, bufs: bufs}, req)
-}
-
 // pushBatch appends b (its room reserved), stamping its records'
 // sequence numbers.
 func (q *queue) pushBatch(b *batch) error { return q.pushBatchFT(b, nil) }
 
+// pushBatchFT appends b as pushBatch does; req is its request's share of
+// the job in mode exact, or nil. b.bufs hold the arrays of its records (or
+// are nil), released once they are processed.
 func (q *queue) pushBatchFT(b *batch, req *ftRequest) error {
 	q.mu.Lock()
 	if q.mu.closed {
@@ -162,7 +161,7 @@ func (q *queue) pushBatchFT(b *batch, req *ftRequest) error {
 	if q.ft != nil && b.run == nil {
 		if err := q.ft.pushed(b, req); err != nil {
 			q.mu.Unlock()
-			return fmt.Errorf("%w: %v", ErrDurability, err)
+			return fmt.Errorf("%w: %w", ErrDurability, err)
 		}
 	}
 	q.mu.batches = append(q.mu.batches, b)

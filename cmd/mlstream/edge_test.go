@@ -4,6 +4,7 @@ package main
 // loopback without tokens, and HTTPS with WSS through a real listener.
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -195,5 +196,52 @@ func TestTLSAndWSS(t *testing.T) {
 		t.Fatalf("pinned client: %v %v", err, resp)
 	} else {
 		resp.Body.Close()
+	}
+}
+
+// --max-conns and --idle-timeout reach the listener: idle connections
+// past the cap do not lock a client out, and a keep-alive connection left
+// idle is closed.
+func TestServeConnectionLimits(t *testing.T) {
+	l := serveInProcess(t, serveOptions(t, "--addr", "127.0.0.1:0", "--max-conns", "4", "--idle-timeout", "50ms"))
+	var idle []net.Conn
+	for range 20 {
+		c, err := net.Dial("tcp", l.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + l.addr + "/healthz")
+	if err != nil {
+		t.Fatalf("a request past 20 idle connections: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("a request past 20 idle connections: %s", resp.Status)
+	}
+	// The keep-alive connection the client kept is closed by the server.
+	c, err := net.Dial("tcp", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("keep-alive request: %v", err)
+	} else {
+		_, _ = io.Copy(io.Discard, resp.Body)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("idle keep-alive connection: read %v, want EOF", err)
 	}
 }

@@ -42,6 +42,8 @@ type serverOptions struct {
 	authFile            string
 	insecureNoAuth      bool
 	tlsCert, tlsKey     string
+	maxConns            int
+	idleTimeout         time.Duration
 	maxWSClients        int
 	wsBacklog           int
 	wsSlowTimeout       time.Duration
@@ -79,6 +81,8 @@ func (o *serverOptions) register(fs *flag.FlagSet, defConfig bool) {
 	fs.BoolVar(&o.insecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without tokens: anyone who reaches the port may read and change everything")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate (chain) file: serve HTTPS and WSS (with --tls-key)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
+	fs.IntVar(&o.maxConns, "max-conns", 4096, "most HTTP connections open at once (WebSockets included; 0: no cap): past it the longest idle one is closed, or, none idle, the new one refused (503)")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 60*time.Second, "a keep-alive connection idle this long between requests is closed")
 	fs.IntVar(&o.maxWSClients, "max-ws-clients", 256, "concurrent WebSocket connections (503 above)")
 	fs.IntVar(&o.wsBacklog, "ws-backlog", 4096, "messages a WebSocket client may fall behind before its messages are dropped")
 	fs.DurationVar(&o.wsSlowTimeout, "ws-slow-timeout", 10*time.Second, "a WebSocket client losing messages for this long is closed")
@@ -137,7 +141,7 @@ func prepareEdge(o serverOptions, log *slog.Logger) (edge, error) {
 		if err != nil {
 			return e, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 		}
-		e.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		e.tls = api.ServerTLS(cert)
 	}
 	return e, nil
 }
@@ -293,7 +297,8 @@ func serve(ctx context.Context, o serverOptions) error {
 		return err
 	}
 	srv := newAPIServer(o, engine, reg, edge, log, cl)
-	hs, ln, errc, err := listenAndServe(o.addr, srv, edge)
+	conns := api.NewConnLimiter(o.maxConns, metricsRegisterer(reg, cl), log)
+	hs, ln, errc, err := listenAndServe(o, srv, edge, conns)
 	if err != nil {
 		closeAll(context.Background(), engine, cl)
 		return err
@@ -366,7 +371,7 @@ func newAPIServer(o serverOptions, engine *runtime.Engine, reg *prometheus.Regis
 		Engine: engine, MaxBodyBytes: o.maxBody, MaxEventBytes: int(o.maxEvent),
 		WSBacklog: o.wsBacklog, MaxWSClients: o.maxWSClients, WSSlowTimeout: o.wsSlowTimeout,
 		Gatherer: reg, Registerer: metricsRegisterer(reg, cl), Auth: edge.auth, LoopbackHosts: edge.loopback && edge.auth == nil,
-		Dashboard: web.Handler(api.NotFound), Logger: log,
+		Dashboard: web.Handler(api.NotFound), Logger: log, DataDir: o.data,
 	}
 	if cl != nil {
 		cfg.Jobs, cfg.Cluster = cl.node, cl.node
@@ -374,19 +379,21 @@ func newAPIServer(o serverOptions, engine *runtime.Engine, reg *prometheus.Regis
 	return api.New(cfg)
 }
 
-// listenAndServe binds addr and serves h on it, over TLS when the edge
-// has a certificate; errc receives the error that ends serving.
-func listenAndServe(addr string, h http.Handler, edge edge) (hs *http.Server, ln net.Listener, errc chan error, err error) {
-	ln, err = net.Listen("tcp", addr)
+// listenAndServe binds --addr and serves h on it, over TLS when the edge
+// has a certificate, its connections capped by conns and closed when idle
+// for --idle-timeout; errc receives the error that ends serving.
+func listenAndServe(o serverOptions, h http.Handler, edge edge, conns *api.ConnLimiter) (hs *http.Server, ln net.Listener, errc chan error, err error) {
+	ln, err = net.Listen("tcp", o.addr)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	hs = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: edge.tls}
+	hs = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: o.idleTimeout, TLSConfig: edge.tls, ConnState: conns.ConnState}
+	limited := conns.Listener(ln, edge.tls != nil)
 	errc = make(chan error, 1)
 	if edge.tls != nil {
-		go func() { errc <- hs.ServeTLS(ln, "", "") }()
+		go func() { errc <- hs.ServeTLS(limited, "", "") }()
 	} else {
-		go func() { errc <- hs.Serve(ln) }()
+		go func() { errc <- hs.Serve(limited) }()
 	}
 	return hs, ln, errc, nil
 }
