@@ -116,9 +116,12 @@ func TestDiskFullExact(t *testing.T) {
 	if got := n2.topTotal("hh"); got != 2000 {
 		t.Fatalf("after a crash the state counts %v events, want 2,000 (recovery %+v)", got, j.Recovery())
 	}
-	// The refused events are reported as never acknowledged, not as lost.
-	if rep := j.Recovery(); rep == nil || rep.Lost != 0 || rep.Unacknowledged != 5000 {
-		t.Fatalf("recovery after the crash: %+v, want 0 lost and the 5,000 refused unacknowledged", rep)
+	// The refused events are never reported as lost: as unacknowledged
+	// when the item logs are replayed over them, or not at all when a
+	// backup written after them (an idle partition backs its state up)
+	// already covers their sequence numbers.
+	if rep := j.Recovery(); rep == nil || rep.Lost != 0 || rep.Unacknowledged != 5000 && !(rep.Unacknowledged == 0 && rep.Replayed == 0) {
+		t.Fatalf("recovery after the crash: %+v, want 0 lost and the 5,000 refused unacknowledged (or covered by a backup)", rep)
 	}
 }
 
