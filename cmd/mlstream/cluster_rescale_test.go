@@ -379,7 +379,7 @@ func TestClusterRescaleDistinctAndJoin(t *testing.T) {
 	c.waitOwned(0, "pairs", 30*time.Second, "n1", "n2", "n3")
 	const posts, perPost = 10, 300
 	for i := range posts {
-		body := clickBody(i*perPost, perPost)
+		body := clickFields(i*perPost, perPost, "user")
 		mustPostRetrying(t, c.url(i%3), "clicks", body)
 		postNDJSON(t, single.url(), "clicks", body)
 	}
@@ -424,7 +424,7 @@ func TestClusterRescaleDistinctAndJoin(t *testing.T) {
 	var views []byte
 	clicksOf := map[int]uint64{}
 	for k := range posts * perPost {
-		clicksOf[k%1013]++ // clickBody's user of event k
+		clicksOf[k%1013]++ // clickFields' user of event k
 	}
 	var wantMatches uint64
 	for u := range 200 {

@@ -104,8 +104,10 @@ func startDemoCluster(o *serverOptions, n int, stdout io.Writer) (*demoCluster, 
 		logf.Close()
 		dc.children = append(dc.children, cmd)
 		dc.urls = append(dc.urls, dashboardURL("http", addrs[i]))
-		dc.exited = append(dc.exited, make(chan struct{}))
-		go dc.watch(i - 1)
+		exited := make(chan struct{})
+		dc.exited = append(dc.exited, exited)
+		// watch gets its child, not the slices this loop still grows.
+		go dc.watch(i+1, cmd, exited)
 	}
 	if err := os.MkdirAll(o.data, 0o755); err != nil {
 		dc.stop()
@@ -133,12 +135,11 @@ func (dc *demoCluster) banner(w io.Writer, root, self string) {
 	fmt.Fprintf(w, "    kill -9 %d     # node n%d; its log is %s\n", last, len(dc.urls), filepath.Join(root, fmt.Sprintf("n%d.log", len(dc.urls))))
 }
 
-// watch reaps child i when it exits, and reports a node that died while
-// the demo runs.
-func (dc *demoCluster) watch(i int) {
-	c := dc.children[i]
+// watch reaps child c, node n<node>, when it exits, closes exited, and
+// reports a node that died while the demo runs.
+func (dc *demoCluster) watch(node int, c *exec.Cmd, exited chan struct{}) {
 	err := c.Wait()
-	close(dc.exited[i])
+	close(exited)
 	if dc.stopping.Load() {
 		return
 	}
@@ -149,7 +150,7 @@ func (dc *demoCluster) watch(i int) {
 	dc.outMu.Lock()
 	defer dc.outMu.Unlock()
 	fmt.Fprintf(dc.out, "  node n%d (pid %d) is gone (%s): the others take its partitions over once its leases lapse; "+
-		"with a node dead, Ctrl-C stops the rest within about %v\n", i+2, c.Process.Pid, how, demoStopGrace)
+		"with a node dead, Ctrl-C stops the rest within about %v\n", node, c.Process.Pid, how, demoStopGrace)
 }
 
 // stop asks every child that runs to shut down and waits until all have
