@@ -291,3 +291,20 @@ func TestServerNoticesGoToDebug(t *testing.T) {
 		t.Errorf("server noise logged at Info:\n%s", out)
 	}
 }
+
+// JetStreamOff says so once the server's JetStream is off. The test turns it off as
+// nats-server's own handler of a full or unwritable store does (ShutdownJetStream): making a
+// clustered store run out of space in a test is slow and needs a mount.
+func TestJetStreamOffIsReported(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	n := startNode(t, ctx, Config{Name: "n", Dir: t.TempDir()})
+	if off := n.JetStreamOff(); off != "" {
+		t.Fatalf("JetStreamOff of a running JetStream = %q", off)
+	}
+	if err := n.srv.ShutdownJetStream(); err != nil {
+		t.Fatal(err)
+	}
+	if off := n.JetStreamOff(); !strings.Contains(off, "JetStream is disabled") {
+		t.Fatalf("JetStreamOff after JetStream turned off = %q", off)
+	}
+}
