@@ -48,6 +48,7 @@
 // SourceUser (publishes only to the jobs' source subjects, which Node.SetSourceSubjects changes
 // by reloading the server's authorization; subscribes to nothing), AdminUser
 // (everything) and SystemUser (in the system account, only removes JetStream peers: RemovePeer).
+// ClientAddr may have TLS (Config.ClientTLS), with client certificates when a CA is named.
 // These are nats-server's own mechanisms (cluster authorization and TLS, users with permissions,
 // the system account), set through the configuration text.
 package natsnode

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,7 +63,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{name: cfg.Name, log: log, srv: srv, publicClients: cfg.ClientAddr != "", cfg: cfg, token: token, closed: make(chan struct{})}
-	n.nc, err = nats.Connect(srv.ClientURL(), n.connOptions(nats.InProcessServer(srv), nats.UserInfo(nodeUser, token))...)
+	// In process, TLS is neither needed nor required: a tls:// URL (ClientTLS) would ask for it.
+	url := strings.Replace(srv.ClientURL(), "tls://", "nats://", 1)
+	n.nc, err = nats.Connect(url, n.connOptions(nats.InProcessServer(srv), nats.UserInfo(nodeUser, token))...)
 	if err != nil {
 		stopServer(srv)
 		return nil, fmt.Errorf("natsnode: in-process connection: %w", err)

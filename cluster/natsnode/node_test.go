@@ -237,6 +237,8 @@ func TestConfigRejected(t *testing.T) {
 		{Config{Name: "a", Dir: "d", ClientAddr: "127.0.0.1:0"}, "needs the cluster secret"},
 		{Config{Name: "a", Dir: "d", Secret: []byte("short")}, "at least 16"},
 		{Config{Name: "a", Dir: "d", RouteTLS: RouteTLS{Cert: "c", Key: "k"}}, "all three"},
+		{Config{Name: "a", Dir: "d", ClientAddr: "127.0.0.1:0", Secret: testSecret, ClientTLS: ClientTLS{Cert: "c", CA: "ca"}}, "certificate and its key"},
+		{Config{Name: "a", Dir: "d", ClientTLS: ClientTLS{Cert: "c", Key: "k"}}, "without a client listener"},
 	} {
 		_, err := Start(context.Background(), tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -54,6 +54,40 @@ func (t RouteTLS) check() error {
 	return nil
 }
 
+// ClientTLS names the PEM files of TLS on the client listener (Config.ClientAddr): its
+// certificate and key, and optionally the CA whose certificates clients must then present
+// besides their user and password. The node's own in-process connection needs none.
+type ClientTLS struct {
+	Cert, Key, CA string
+}
+
+func (t ClientTLS) set() bool { return t.Cert != "" || t.Key != "" || t.CA != "" }
+
+func (t ClientTLS) check(clientAddr string) error {
+	switch {
+	case !t.set():
+		return nil
+	case t.Cert == "" || t.Key == "":
+		return errors.New("natsnode: client TLS needs a certificate and its key (the CA is optional)")
+	case clientAddr == "":
+		return errors.New("natsnode: client TLS without a client listener (ClientAddr)")
+	}
+	return nil
+}
+
+// writeClientTLS writes the client listener's TLS block: verified client certificates when a
+// CA is named.
+func writeClientTLS(b *strings.Builder, t ClientTLS) {
+	if !t.set() {
+		return
+	}
+	fmt.Fprintf(b, "tls { cert_file: %s, key_file: %s, timeout: 2", quote(t.Cert), quote(t.Key))
+	if t.CA != "" {
+		fmt.Fprintf(b, ", ca_file: %s, verify: true", quote(t.CA))
+	}
+	b.WriteString(" }\n")
+}
+
 // derive is the password of user derived from the cluster secret: every node derives the same,
 // and none reveals the secret or another user's password.
 func derive(secret []byte, user string) string {
@@ -74,6 +108,9 @@ var ErrOpenRoutes = errors.New("routes without authentication")
 // client listener for other tools needs the secret, whose derived users it accepts.
 func (cfg Config) checkSecurity() error {
 	if err := cfg.RouteTLS.check(); err != nil {
+		return err
+	}
+	if err := cfg.ClientTLS.check(cfg.ClientAddr); err != nil {
 		return err
 	}
 	if len(cfg.Secret) > 0 && len(cfg.Secret) < MinSecret {

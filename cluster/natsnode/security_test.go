@@ -363,6 +363,67 @@ func TestSourceUserPublishesOnlyToSourceSubjects(t *testing.T) {
 	refused("fresh.a")
 }
 
+// With client TLS the client port takes only TLS connections, and with its CA only clients that
+// present a certificate it signed, besides their password; the node itself connects in process
+// without one, and a reload of the source subjects keeps TLS.
+func TestClientPortTLS(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "clients")
+	srvFiles, cliFiles := ca.issue(t, dir, "server"), ca.issue(t, dir, "client")
+	strangerFiles := newTestCA(t, dir, "other").issue(t, dir, "stranger")
+	n := startNode(t, ctx, Config{Name: "n", Dir: t.TempDir(), ClientAddr: "127.0.0.1:0", Secret: testSecret,
+		SourceSubjects: []string{"x"}, ClientTLS: ClientTLS{Cert: srvFiles.Cert, Key: srvFiles.Key, CA: ca.file}})
+	user := nats.UserInfo(SourceUser, Password(testSecret, SourceUser))
+	connect := func(scheme string, opts ...nats.Option) (*nats.Conn, error) {
+		return nats.Connect(scheme+"://"+n.ClientAddr(), append([]nats.Option{user, nats.Timeout(2 * time.Second)}, opts...)...)
+	}
+	for name, opts := range map[string][]nats.Option{
+		"plain":                    nil,
+		"no client certificate":    {nats.RootCAs(ca.file)},
+		"a stranger's certificate": {nats.RootCAs(ca.file), nats.ClientCert(strangerFiles.Cert, strangerFiles.Key)},
+	} {
+		scheme := "tls"
+		if opts == nil {
+			scheme = "nats"
+		}
+		if nc, err := connect(scheme, opts...); err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", name)
+		}
+	}
+	got, err := n.Conn().SubscribeSync("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		src, err := connect("tls", nats.RootCAs(ca.file), nats.ClientCert(cliFiles.Cert, cliFiles.Key))
+		if err != nil {
+			t.Fatalf("round %d: a client with a certificate of the CA: %v", round, err)
+		}
+		if err := src.Publish("x", []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		src.Close()
+		if _, err := got.NextMsg(5 * time.Second); err != nil {
+			t.Fatalf("round %d: the TLS client's message: %v", round, err)
+		}
+		if nc, err := connect("nats"); err == nil {
+			nc.Close()
+			t.Errorf("round %d: a plain client connected", round)
+		}
+		if err := n.SetSourceSubjects([]string{"x", "y"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // assertSoon waits until check returns nil, or fails with its last error when ctx ends.
 func assertSoon(t *testing.T, ctx context.Context, check func() error) {
 	t.Helper()

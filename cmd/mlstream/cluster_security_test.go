@@ -50,6 +50,26 @@ func TestClusterRefusesOpenRoutes(t *testing.T) {
 	}
 }
 
+// The TLS flags of --nats-listen reach the embedded server: a key
+// without its certificate refuses to start, naming what is missing.
+func TestNATSListenTLSNeedsCertAndKey(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("a cluster secret long enough\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	args := []string{"serve", "--addr", testaddr.Free(t), "--data", t.TempDir(), "--node", "n1",
+		"--cluster", testaddr.Free(t), "--peers", testaddr.Free(t), "--cluster-secret", secret,
+		"--nats-listen", testaddr.Free(t), "--nats-listen-tls-key", filepath.Join(dir, "key.pem")}
+	if code := run(t.Context(), args, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1; stderr:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "client TLS needs a certificate and its key") {
+		t.Fatalf("the error does not say what is missing:\n%s", stderr.String())
+	}
+}
+
 // The password of a NATS user is the one the nodes derive from the secret.
 func TestClusterPasswordCommand(t *testing.T) {
 	secret := filepath.Join(t.TempDir(), "s")
