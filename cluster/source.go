@@ -32,6 +32,10 @@ import (
 // the subjects of its stream are the operator's, who publishes to them as
 // the admin user.
 func (n *Node) allowSources() {
+	// Read and applied under one lock: a list read earlier must not be applied after a newer
+	// one (the watcher and the periodic reconciliation both call this).
+	n.sourcesMu.Lock()
+	defer n.sourcesMu.Unlock()
 	var subjects []string
 	for _, st := range n.jobsList() {
 		if src := st.spec.Source; src != nil && src.Subject != "" {
