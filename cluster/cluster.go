@@ -133,6 +133,8 @@ type Node struct {
 	// retiring (retire.go).
 	retiring sync.Map
 	out      *outputs
+	// sourcesMu orders allowSources.
+	sourcesMu sync.Mutex
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc

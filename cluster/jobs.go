@@ -356,6 +356,7 @@ func (n *Node) stopUnseen(seen map[string]bool) {
 
 // applyJob makes this node's engine run what the bucket says.
 func (n *Node) applyJob(e jetstream.KeyValueEntry) {
+	defer n.allowSources()
 	name := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
 		n.stopJob(name)
@@ -414,6 +415,7 @@ func (n *Node) stopJob(name string) {
 	}
 	n.mu.Unlock()
 	n.updateKeys()
+	n.allowSources()
 	n.log.Info("job stopped here: deleted in the cluster", "job", name, "incarnation", st.inc)
 }
 

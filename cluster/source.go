@@ -25,6 +25,28 @@ import (
 // message a busy cluster cannot take is retried here for sourceWait, then
 // counted as refused (busy) and logged.
 
+// allowSources lets the source clients of this node's NATS listener
+// (--nats-listen's source user) publish to the subjects the jobs known
+// here read, and to nothing else; it follows every job added, replaced or
+// removed. A stream source counts with its subject filter: without one,
+// the subjects of its stream are the operator's, who publishes to them as
+// the admin user.
+func (n *Node) allowSources() {
+	// Read and applied under one lock: a list read earlier must not be applied after a newer
+	// one (the watcher and the periodic reconciliation both call this).
+	n.sourcesMu.Lock()
+	defer n.sourcesMu.Unlock()
+	var subjects []string
+	for _, st := range n.jobsList() {
+		if src := st.spec.Source; src != nil && src.Subject != "" {
+			subjects = append(subjects, src.Subject)
+		}
+	}
+	if err := n.cfg.NATS.SetSourceSubjects(subjects); err != nil {
+		n.log.Error("source clients keep their previous subjects", "subjects", subjects, "err", err)
+	}
+}
+
 // sourceWait is how long a source message waits for a busy cluster.
 const sourceWait = 30 * time.Second
 

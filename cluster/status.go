@@ -23,6 +23,8 @@ type nodeStats struct {
 	poison      atomic.Uint64 // unreadable log messages skipped
 	sourced     atomic.Uint64 // events read from jobs' NATS sources here
 	staleWrites atomic.Uint64 // backups dropped because their run had ended
+	// jetStreamOff is set once the node logged that its JetStream is off.
+	jetStreamOff atomic.Bool
 	// staleOutputs are partition outputs dropped under an owner token
 	// older than the newest known (received, or made here by a fenced
 	// owner); unownedOutputs those made here by a partition this node
@@ -259,9 +261,10 @@ func (n *Node) recentOwners() map[string]lease.Owner {
 }
 
 // Stale reports whether this node is cut off from the cluster, why, and
-// for how long its heartbeats have not been stored: it reaches no majority
-// of the cluster's servers, or its heartbeats have failed for staleAfter
-// lease TTLs (longer than a leader election). Its views and shared models
+// for how long its heartbeats have not been stored: its NATS server's
+// JetStream turned itself off (for good, until a restart: a full or
+// failing store), it reaches no majority of the cluster's servers, or its
+// heartbeats have failed for staleAfter lease TTLs (longer than a leader election). Its views and shared models
 // are frozen meanwhile, so it is not ready (/readyz), though it keeps
 // answering.
 func (n *Node) Stale() (reason string, behind time.Duration, stale bool) {
@@ -269,6 +272,12 @@ func (n *Node) Stale() (reason string, behind time.Duration, stale bool) {
 		return "", 0, false
 	}
 	age := n.leases.HeartbeatAge()
+	if off := n.cfg.NATS.JetStreamOff(); off != "" {
+		if n.stats.jetStreamOff.CompareAndSwap(false, true) {
+			n.log.Error("this node's JetStream is off: /readyz says not ready until a restart", "reason", off)
+		}
+		return off + "; this node stores nothing, its views and models are frozen", age, true
+	}
 	if reached, size := n.cfg.NATS.Reach(); reached <= size/2 {
 		return fmt.Sprintf("cut off from the cluster: reaches %d of its %d NATS servers, no majority; its views and models are frozen", reached, size), age, true
 	}

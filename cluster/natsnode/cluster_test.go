@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -191,4 +193,50 @@ func TestConnectToEmbeddedCluster(t *testing.T) {
 		t.Fatalf("put through the client after its server left: %v", err)
 	}
 	assertKVSoon(t, ctx, nodes[1], "tool", "k", "after n1 left")
+}
+
+// A node whose store fills up has its JetStream turned off by nats-server, for good until a
+// restart; JetStreamOff says so. Its store is a small tmpfs (skipped where mounting is refused:
+// it needs root).
+func TestJetStreamOffWhenStoreIsFull(t *testing.T) {
+	full := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", full).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a small tmpfs (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", full).Run() })
+	ctx := testCtx(t, 60*time.Second)
+	nodes, _ := startClusterWith(t, ctx, 3, func(i int, c *Config) {
+		if i == 0 {
+			c.Dir = full
+		}
+	})
+	if off := nodes[0].JetStreamOff(); off != "" {
+		t.Fatalf("JetStreamOff before the store filled = %q", off)
+	}
+	js := nodes[1].JetStream()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 256<<10)
+	for i := 0; nodes[0].JetStreamOff() == ""; i++ {
+		if ctx.Err() != nil || i > 200 {
+			t.Fatalf("JetStream still on after %d messages of %d bytes into a 4 MiB store", i, len(payload))
+		}
+		// Messages fill the store (its stream replica then stops with a write error, JetStream
+		// stays on); a change of the meta group, such as a new stream, then fails to be written
+		// to its log, and that turns JetStream off.
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if i < 20 {
+			_, _ = js.Publish(pctx, "fill", payload) // the others keep a quorum; a failure here is not the point
+		} else {
+			_, _ = js.CreateStream(pctx, jetstream.StreamConfig{Name: fmt.Sprintf("META%d", i), Subjects: []string{fmt.Sprintf("meta.%d", i)}, Replicas: 3})
+		}
+		cancel()
+	}
+	if off := nodes[0].JetStreamOff(); !strings.Contains(off, "JetStream is disabled") {
+		t.Fatalf("JetStreamOff = %q", off)
+	}
+	if off := nodes[1].JetStreamOff(); off != "" {
+		t.Errorf("a node with room says %q", off)
+	}
 }

@@ -42,6 +42,11 @@ type Config struct {
 	// Secret is the cluster secret, the same on every node: the routes' credentials are derived
 	// from it, and so are the passwords of the client listener's users (SourceUser, AdminUser).
 	Secret []byte
+	// SourceSubjects are the subjects SourceUser may publish to at start: those the jobs read
+	// as sources (Node.SetSourceSubjects changes them).
+	SourceSubjects []string
+	// ClientTLS is TLS on ClientAddr (needs ClientAddr).
+	ClientTLS ClientTLS
 	// RouteTLS is mutual TLS between routes, instead of or besides Secret.
 	RouteTLS RouteTLS
 	// RequireRouteAuth refuses routes without Secret or RouteTLS even on loopback (a
@@ -75,6 +80,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("natsnode: Election %v is below %v (two Raft heartbeats)", cfg.Election, minElection)
 	}
 	cfg.Peers = dedupe(cfg.Peers)
+	cfg.SourceSubjects = sortedSet(cfg.SourceSubjects)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -238,6 +244,7 @@ func writeClientListener(b *strings.Builder, cfg Config, token string) {
 			port = "-1" // nats-server's "any free port"; its port 0 means the default 4222
 		}
 		fmt.Fprintf(b, "host: %s\nport: %s\n", quote(host), port)
+		writeClientTLS(b, cfg.ClientTLS)
 	case cfg.needsPrivateListener():
 		b.WriteString("host: \"127.0.0.1\"\nport: -1\n")
 	default:

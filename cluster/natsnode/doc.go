@@ -45,8 +45,10 @@
 // mutual TLS (Config.RouteTLS), and a route address or peer beyond loopback (or any route, with
 // RequireRouteAuth) refuses to start without one. The client listener accepts only known users:
 // the node's own connection (a password only its process knows), and with the secret the users
-// SourceUser (publishes outside mlstream's subjects and APIs, subscribes to nothing), AdminUser
+// SourceUser (publishes only to the jobs' source subjects, which Node.SetSourceSubjects changes
+// by reloading the server's authorization; subscribes to nothing), AdminUser
 // (everything) and SystemUser (in the system account, only removes JetStream peers: RemovePeer).
+// ClientAddr may have TLS (Config.ClientTLS), with client certificates when a CA is named.
 // These are nats-server's own mechanisms (cluster authorization and TLS, users with permissions,
 // the system account), set through the configuration text.
 package natsnode

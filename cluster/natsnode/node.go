@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,9 +33,14 @@ type Node struct {
 	srv  *server.Server // nil when connected to an external NATS
 	// publicClients tells whether srv's client listener is meant for other clients (ClientAddr).
 	publicClients bool
-	nc            *nats.Conn
-	js            jetstream.JetStream
-	closed        chan struct{} // closed when nc is closed
+	// cfg and token rebuild srv's options when the source subjects change (SetSourceSubjects).
+	cfg   Config
+	token string
+	// reloadMu orders the reloads and guards cfg.SourceSubjects.
+	reloadMu sync.Mutex
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	closed   chan struct{} // closed when nc is closed
 
 	closeOnce sync.Once
 	closeErr  error
@@ -56,8 +62,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{name: cfg.Name, log: log, srv: srv, publicClients: cfg.ClientAddr != "", closed: make(chan struct{})}
-	n.nc, err = nats.Connect(srv.ClientURL(), n.connOptions(nats.InProcessServer(srv), nats.UserInfo(nodeUser, token))...)
+	n := &Node{name: cfg.Name, log: log, srv: srv, publicClients: cfg.ClientAddr != "", cfg: cfg, token: token, closed: make(chan struct{})}
+	// In process, TLS is neither needed nor required: a tls:// URL (ClientTLS) would ask for it.
+	url := strings.Replace(srv.ClientURL(), "tls://", "nats://", 1)
+	n.nc, err = nats.Connect(url, n.connOptions(nats.InProcessServer(srv), nats.UserInfo(nodeUser, token))...)
 	if err != nil {
 		stopServer(srv)
 		return nil, fmt.Errorf("natsnode: in-process connection: %w", err)
@@ -188,6 +196,23 @@ func (n *Node) Current() bool {
 		return true
 	}
 	return n.srv.JetStreamIsCurrent()
+}
+
+// JetStreamOff says why the embedded server's JetStream no longer runs, or "" while it does
+// (and always for an external NATS, whose JetStream this node does not run). nats-server turns
+// JetStream off for good when its store runs out of space or a write to it is refused; it
+// stays off until the process restarts, so the node can store nothing meanwhile.
+func (n *Node) JetStreamOff() string {
+	if n.srv == nil {
+		return ""
+	}
+	if !n.srv.JetStreamEnabled() {
+		return "JetStream is disabled on this node's NATS server (it turns itself off when its store runs out of space or a write to it fails): free or fix the store, then restart the node"
+	}
+	if acc := n.srv.GlobalAccount(); acc != nil && !acc.JetStreamEnabled() {
+		return "JetStream is disabled for this node's NATS account: restart the node"
+	}
+	return ""
 }
 
 // Reach is how many servers of the cluster this node reaches, itself

@@ -237,6 +237,8 @@ func TestConfigRejected(t *testing.T) {
 		{Config{Name: "a", Dir: "d", ClientAddr: "127.0.0.1:0"}, "needs the cluster secret"},
 		{Config{Name: "a", Dir: "d", Secret: []byte("short")}, "at least 16"},
 		{Config{Name: "a", Dir: "d", RouteTLS: RouteTLS{Cert: "c", Key: "k"}}, "all three"},
+		{Config{Name: "a", Dir: "d", ClientAddr: "127.0.0.1:0", Secret: testSecret, ClientTLS: ClientTLS{Cert: "c", CA: "ca"}}, "certificate and its key"},
+		{Config{Name: "a", Dir: "d", ClientTLS: ClientTLS{Cert: "c", Key: "k"}}, "without a client listener"},
 	} {
 		_, err := Start(context.Background(), tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -289,5 +291,22 @@ func TestServerNoticesGoToDebug(t *testing.T) {
 	}
 	if strings.Contains(out, "level=INFO") {
 		t.Errorf("server noise logged at Info:\n%s", out)
+	}
+}
+
+// JetStreamOff says so once the server's JetStream is off. The test turns it off as
+// nats-server's own handler of a full or unwritable store does (ShutdownJetStream): making a
+// clustered store run out of space in a test is slow and needs a mount.
+func TestJetStreamOffIsReported(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	n := startNode(t, ctx, Config{Name: "n", Dir: t.TempDir()})
+	if off := n.JetStreamOff(); off != "" {
+		t.Fatalf("JetStreamOff of a running JetStream = %q", off)
+	}
+	if err := n.srv.ShutdownJetStream(); err != nil {
+		t.Fatal(err)
+	}
+	if off := n.JetStreamOff(); !strings.Contains(off, "JetStream is disabled") {
+		t.Fatalf("JetStreamOff after JetStream turned off = %q", off)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,10 +32,11 @@ const (
 // MinSecret is the shortest cluster secret accepted, in bytes.
 const MinSecret = 16
 
-// sourceDeny is what a source user may not publish to: the cluster's own subjects (mls.>), the
-// JetStream, KV and object-store APIs and their internal subjects, and the inboxes on which the
-// nodes receive replies (a forged reply would be taken for JetStream's). It may subscribe to
-// nothing, so it reads no event, output or reply of anyone else.
+// sourceDeny is what a source user may never publish to, even when a job names it as its
+// source: the cluster's own subjects (mls.>), the JetStream, KV and object-store APIs and their
+// internal subjects, and the inboxes on which the nodes receive replies (a forged reply would be
+// taken for JetStream's). Besides, it may publish only to the jobs' source subjects, and
+// subscribe to nothing, so it reads no event, output or reply of anyone else.
 var sourceDeny = []string{"mls.>", "$JS.>", "$JSC.>", "$KV.>", "$O.>", "$SYS.>", "$NRG.>", "$MQTT.>", "_INBOX.>"}
 
 // RouteTLS names the PEM files of mutual TLS between routes: this node's certificate and key,
@@ -50,6 +52,40 @@ func (t RouteTLS) check() error {
 		return errors.New("natsnode: route TLS needs a certificate, its key and the CA (all three)")
 	}
 	return nil
+}
+
+// ClientTLS names the PEM files of TLS on the client listener (Config.ClientAddr): its
+// certificate and key, and optionally the CA whose certificates clients must then present
+// besides their user and password. The node's own in-process connection needs none.
+type ClientTLS struct {
+	Cert, Key, CA string
+}
+
+func (t ClientTLS) set() bool { return t.Cert != "" || t.Key != "" || t.CA != "" }
+
+func (t ClientTLS) check(clientAddr string) error {
+	switch {
+	case !t.set():
+		return nil
+	case t.Cert == "" || t.Key == "":
+		return errors.New("natsnode: client TLS needs a certificate and its key (the CA is optional)")
+	case clientAddr == "":
+		return errors.New("natsnode: client TLS without a client listener (ClientAddr)")
+	}
+	return nil
+}
+
+// writeClientTLS writes the client listener's TLS block: verified client certificates when a
+// CA is named.
+func writeClientTLS(b *strings.Builder, t ClientTLS) {
+	if !t.set() {
+		return
+	}
+	fmt.Fprintf(b, "tls { cert_file: %s, key_file: %s, timeout: 2", quote(t.Cert), quote(t.Key))
+	if t.CA != "" {
+		fmt.Fprintf(b, ", ca_file: %s, verify: true", quote(t.CA))
+	}
+	b.WriteString(" }\n")
 }
 
 // derive is the password of user derived from the cluster secret: every node derives the same,
@@ -72,6 +108,9 @@ var ErrOpenRoutes = errors.New("routes without authentication")
 // client listener for other tools needs the secret, whose derived users it accepts.
 func (cfg Config) checkSecurity() error {
 	if err := cfg.RouteTLS.check(); err != nil {
+		return err
+	}
+	if err := cfg.ClientTLS.check(cfg.ClientAddr); err != nil {
 		return err
 	}
 	if len(cfg.Secret) > 0 && len(cfg.Secret) < MinSecret {
@@ -137,8 +176,8 @@ func writeClientUsers(b *strings.Builder, cfg Config, token string) {
 	fmt.Fprintf(b, "    {user: %s, password: %s}\n", quote(nodeUser), quote(token))
 	if len(cfg.Secret) > 0 {
 		fmt.Fprintf(b, "    {user: %s, password: %s}\n", quote(AdminUser), quote(derive(cfg.Secret, AdminUser)))
-		fmt.Fprintf(b, "    {user: %s, password: %s, permissions: {publish: {allow: [\">\"], deny: [%s]}, subscribe: {deny: [\">\"]}}}\n",
-			quote(SourceUser), quote(derive(cfg.Secret, SourceUser)), quoteList(sourceDeny))
+		fmt.Fprintf(b, "    {user: %s, password: %s, permissions: {publish: %s, subscribe: {deny: [\">\"]}}}\n",
+			quote(SourceUser), quote(derive(cfg.Secret, SourceUser)), sourcePublish(cfg.SourceSubjects))
 	}
 	b.WriteString("  ]\n}\n")
 	if len(cfg.Secret) > 0 {
@@ -148,6 +187,55 @@ func writeClientUsers(b *strings.Builder, cfg Config, token string) {
 		fmt.Fprintf(b, "accounts { $SYS { users: [ {user: %s, password: %s, permissions: {publish: {allow: [%s]}, subscribe: {allow: [\"_INBOX.>\"]}}} ] } }\n",
 			quote(SystemUser), quote(derive(cfg.Secret, SystemUser)), quote(removePeerSubject))
 	}
+}
+
+// sourcePublish is the source user's publish permission: the jobs' source subjects minus
+// sourceDeny, or nothing at all while no job names one (an empty allow list would allow all).
+func sourcePublish(subjects []string) string {
+	if len(subjects) == 0 {
+		return `{deny: [">"]}`
+	}
+	return fmt.Sprintf("{allow: [%s], deny: [%s]}", quoteList(subjects), quoteList(sourceDeny))
+}
+
+// SetSourceSubjects makes subjects (wildcards allowed) the ones SourceUser may publish to, on
+// this node's client listener, connected source clients included: a job added or removed in
+// the cluster changes what its publishers may do. It reloads the embedded server's
+// authorization when the set changed, and does nothing for a node without a client listener
+// for others or with an external NATS (whose own permissions rule).
+func (n *Node) SetSourceSubjects(subjects []string) error {
+	if n.srv == nil || !n.publicClients {
+		return nil
+	}
+	subjects = sortedSet(subjects)
+	n.reloadMu.Lock()
+	defer n.reloadMu.Unlock()
+	if slices.Equal(subjects, n.cfg.SourceSubjects) {
+		return nil
+	}
+	cfg := n.cfg
+	cfg.SourceSubjects = subjects
+	opts, err := serverOptions(cfg, n.token)
+	if err != nil {
+		return err
+	}
+	if err := n.srv.ReloadOptions(opts); err != nil {
+		return fmt.Errorf("natsnode: the source user's subjects: %w", err)
+	}
+	n.cfg = cfg
+	n.log.Info("source clients may publish to the jobs' source subjects", "subjects", subjects)
+	return nil
+}
+
+// sortedSet is ss sorted without repeats or empty strings (nil when empty).
+func sortedSet(ss []string) []string {
+	out := slices.DeleteFunc(slices.Clone(ss), func(s string) bool { return s == "" })
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // removePeerSubject is JetStream's API for removing a peer from the meta group; only the system

@@ -191,7 +191,8 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 // API; the admin user can.
 func TestClientPortNeedsCredentialsAndLimitsSources(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
-	n := startNode(t, ctx, Config{Name: "n", Dir: t.TempDir(), ClientAddr: "127.0.0.1:0", Secret: testSecret})
+	n := startNode(t, ctx, Config{Name: "n", Dir: t.TempDir(), ClientAddr: "127.0.0.1:0", Secret: testSecret,
+		SourceSubjects: []string{"shop.>"}})
 	url := "nats://" + n.ClientAddr()
 	if _, err := n.JetStream().CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "mls_jobs"}); err != nil {
 		t.Fatal(err)
@@ -276,6 +277,150 @@ func TestClientPortNeedsCredentialsAndLimitsSources(t *testing.T) {
 	ajs, _ := jetstream.New(admin)
 	if _, err := ajs.KeyValue(ctx, "mls_jobs"); err != nil {
 		t.Errorf("the admin user cannot open a bucket: %v", err)
+	}
+}
+
+// The source user publishes only to the subjects jobs read as sources: any other subject is a
+// permission violation, and a job's new source subject becomes publishable (for a client
+// connected already) once SetSourceSubjects names it.
+func TestSourceUserPublishesOnlyToSourceSubjects(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	n := startNode(t, ctx, Config{Name: "n", Dir: t.TempDir(), ClientAddr: "127.0.0.1:0", Secret: testSecret,
+		SourceSubjects: []string{"shop.clicks"}})
+	got, err := n.Conn().SubscribeSync(">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	violations := make(chan error, 16)
+	src, err := nats.Connect("nats://"+n.ClientAddr(), nats.UserInfo(SourceUser, Password(testSecret, SourceUser)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	publish := func(subject string) {
+		t.Helper()
+		if err := src.Publish(subject, []byte(subject)); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delivered := func(subject string) {
+		t.Helper()
+		m, err := got.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("a publish to %s: %v", subject, err)
+		}
+		if m.Subject != subject {
+			t.Fatalf("got a message on %s, want %s", m.Subject, subject)
+		}
+	}
+	refused := func(subject string) {
+		t.Helper()
+		select {
+		case err := <-violations:
+			if !strings.Contains(err.Error(), "Permissions Violation") || !strings.Contains(err.Error(), subject) {
+				t.Fatalf("a publish to %s: %v, want a permission violation", subject, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a publish to %s was not refused", subject)
+		}
+		if m, err := got.NextMsg(100 * time.Millisecond); err == nil {
+			t.Fatalf("a refused publish was delivered on %s", m.Subject)
+		}
+	}
+
+	publish("shop.clicks")
+	delivered("shop.clicks")
+	for _, subject := range []string{"shop.orders", "anything.else", "fresh.a"} {
+		publish(subject)
+		refused(subject)
+	}
+
+	if err := n.SetSourceSubjects([]string{"shop.clicks", "fresh.>"}); err != nil {
+		t.Fatal(err)
+	}
+	publish("fresh.a")
+	delivered("fresh.a")
+	publish("shop.clicks")
+	delivered("shop.clicks")
+
+	// A job's source removed: its subject is refused again; no subject at all refuses everything.
+	if err := n.SetSourceSubjects([]string{"fresh.>"}); err != nil {
+		t.Fatal(err)
+	}
+	publish("shop.clicks")
+	refused("shop.clicks")
+	if err := n.SetSourceSubjects(nil); err != nil {
+		t.Fatal(err)
+	}
+	publish("fresh.a")
+	refused("fresh.a")
+}
+
+// With client TLS the client port takes only TLS connections, and with its CA only clients that
+// present a certificate it signed, besides their password; the node itself connects in process
+// without one, and a reload of the source subjects keeps TLS.
+func TestClientPortTLS(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "clients")
+	srvFiles, cliFiles := ca.issue(t, dir, "server"), ca.issue(t, dir, "client")
+	strangerFiles := newTestCA(t, dir, "other").issue(t, dir, "stranger")
+	n := startNode(t, ctx, Config{Name: "n", Dir: t.TempDir(), ClientAddr: "127.0.0.1:0", Secret: testSecret,
+		SourceSubjects: []string{"x"}, ClientTLS: ClientTLS{Cert: srvFiles.Cert, Key: srvFiles.Key, CA: ca.file}})
+	user := nats.UserInfo(SourceUser, Password(testSecret, SourceUser))
+	connect := func(scheme string, opts ...nats.Option) (*nats.Conn, error) {
+		return nats.Connect(scheme+"://"+n.ClientAddr(), append([]nats.Option{user, nats.Timeout(2 * time.Second)}, opts...)...)
+	}
+	for name, opts := range map[string][]nats.Option{
+		"plain":                    nil,
+		"no client certificate":    {nats.RootCAs(ca.file)},
+		"a stranger's certificate": {nats.RootCAs(ca.file), nats.ClientCert(strangerFiles.Cert, strangerFiles.Key)},
+	} {
+		scheme := "tls"
+		if opts == nil {
+			scheme = "nats"
+		}
+		if nc, err := connect(scheme, opts...); err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", name)
+		}
+	}
+	got, err := n.Conn().SubscribeSync("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		src, err := connect("tls", nats.RootCAs(ca.file), nats.ClientCert(cliFiles.Cert, cliFiles.Key))
+		if err != nil {
+			t.Fatalf("round %d: a client with a certificate of the CA: %v", round, err)
+		}
+		if err := src.Publish("x", []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		src.Close()
+		if _, err := got.NextMsg(5 * time.Second); err != nil {
+			t.Fatalf("round %d: the TLS client's message: %v", round, err)
+		}
+		if nc, err := connect("nats"); err == nil {
+			nc.Close()
+			t.Errorf("round %d: a plain client connected", round)
+		}
+		if err := n.SetSourceSubjects([]string{"x", "y"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -40,8 +40,9 @@ type clusterOptions struct {
 	jsElection     time.Duration
 	secretFile     string // --cluster-secret: route credentials and NATS users derive from it
 	routeTLS       natsnode.RouteTLS
-	natsCreds      string // --nats-creds: credentials file for --nats
-	natsCA         string // --nats-ca: CA of --nats's TLS certificates
+	clientTLS      natsnode.ClientTLS // --nats-listen-tls-*
+	natsCreds      string             // --nats-creds: credentials file for --nats
+	natsCA         string             // --nats-ca: CA of --nats's TLS certificates
 }
 
 func (c *clusterOptions) register(fs *flag.FlagSet) {
@@ -64,6 +65,9 @@ func (c *clusterOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.routeTLS.Cert, "cluster-tls-cert", "", "cluster mode: PEM certificate of this node for mutual TLS between routes (with --cluster-tls-key and --cluster-tls-ca)")
 	fs.StringVar(&c.routeTLS.Key, "cluster-tls-key", "", "cluster mode: PEM private key of --cluster-tls-cert")
 	fs.StringVar(&c.routeTLS.CA, "cluster-tls-ca", "", "cluster mode: PEM CA that signed every node's route certificate; both ends of a route verify the other")
+	fs.StringVar(&c.clientTLS.Cert, "nats-listen-tls-cert", "", "cluster mode, --nats-listen: PEM certificate of the NATS client port's TLS (with --nats-listen-tls-key); clients then connect with tls://")
+	fs.StringVar(&c.clientTLS.Key, "nats-listen-tls-key", "", "cluster mode, --nats-listen: PEM private key of --nats-listen-tls-cert")
+	fs.StringVar(&c.clientTLS.CA, "nats-listen-tls-ca", "", "cluster mode, --nats-listen: PEM CA of client certificates; when set, NATS clients must present one it signed besides their password")
 	fs.StringVar(&c.natsCreds, "nats-creds", "", "cluster mode, --nats: NATS credentials file (JWT and nkey) to connect with")
 	fs.StringVar(&c.natsCA, "nats-ca", "", "cluster mode, --nats: PEM CA to verify the NATS servers' TLS certificates (tls:// URLs)")
 	fs.DurationVar(&c.jsElection, "js-election", natsnode.DefaultElection, "cluster mode, embedded NATS: a JetStream Raft follower that hears nothing from its leader for this long (up to twice it) elects a new one; at least 2s (nats-server's own default: 4s, up to 9s)")
@@ -163,7 +167,7 @@ func startNATS(ctx context.Context, c clusterOptions, data string, tokens bool, 
 	}
 	nn, err := natsnode.Start(ctx, natsnode.Config{Name: c.node, Dir: filepath.Join(data, "nats"), ClusterAddr: routeAddr,
 		Peers: peers, ClientAddr: c.natsListen, MaxMemory: maxMem, MaxStore: maxStore, Election: c.jsElection,
-		Secret: secret, RouteTLS: c.routeTLS, RequireRouteAuth: tokens, Logger: log})
+		Secret: secret, RouteTLS: c.routeTLS, ClientTLS: c.clientTLS, RequireRouteAuth: tokens, Logger: log})
 	if errors.Is(err, natsnode.ErrOpenRoutes) {
 		why := "anyone who reaches the route port could join the cluster, read every event and change every job"
 		if tokens {
