@@ -50,7 +50,10 @@ func TestDemoNodesCtrlCAfterANodeDies(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("demo still running 30 s after Ctrl-C")
 	}
-	if took := time.Since(start); took > 15*time.Second {
+	// The children's deadline is demoStopGrace+5 s after Ctrl-C; the rest
+	// is process exit, slow under -race on a loaded host (16 s seen in a
+	// CI run, against 60 s before the fix).
+	if took := time.Since(start); took > 2*demoStopGrace+10*time.Second {
 		t.Errorf("Ctrl-C took %v", took)
 	}
 	if err := gone(n2); err != nil {
