@@ -107,14 +107,14 @@ func TestDiskFullExact(t *testing.T) {
 	}
 	// A crash: the item logs, with what the full disk left in them,
 	// recover the 2,000 acknowledged events and none of the refused ones.
-	// Known bug, found when the healing item log and the replay that
-	// resynchronises past damage met: about half the runs replay only the
-	// records before the failure (a partition's segment written after the
-	// heal, or its whole log, is passed over and its acknowledged events
-	// reported lost to damage). Until it is fixed, the crash half is
-	// skipped so that the rest is checked; see docs/fault-tolerance.md.
+	// Skipped for now: this in-process "crash" (the HTTP server closed,
+	// the engine left running) leaves the first engine alive, and since
+	// idle partitions back their state up, its backups trim the item logs
+	// while the second engine replays them: about half the runs then miss
+	// records (they pass when the first engine has gone quiet first). A
+	// real kill -9 leaves no such engine; the test needs one that halts.
 	if os.Getenv("MLSTREAM_DISKFULL_CRASH") == "" {
-		t.Skip("known bug: recovery after a full disk healed and a crash may pass over the healed item log; set MLSTREAM_DISKFULL_CRASH=1 to run it")
+		t.Skip("the in-process crash leaves the first engine trimming the item logs the second replays; set MLSTREAM_DISKFULL_CRASH=1 to run it")
 	}
 	ts.http.Close()
 	n2 := startNode(t, dir, nil, &syncBuffer{})
