@@ -35,6 +35,19 @@ func ftJobSpec(mode string, pending int) Spec {
 		FT: FTSpec{Mode: mode, MaxDivergence: 1000, MaxPending: pending, MaxUnacked: 1000}}
 }
 
+// twoPartitionJob runs ftJobSpec over two partitions in an engine over a
+// new data directory, once its first full backup is written.
+func twoPartitionJob(t *testing.T, mode string, pending int) (dir string, spec Spec, e *Engine, j *Job) {
+	t.Helper()
+	dir = t.TempDir()
+	spec = ftJobSpec(mode, pending)
+	spec.Partitions = 2
+	e = ftEngine(t, dir)
+	j = mustPut(t, e, spec)
+	waitFullBackup(t, j)
+	return dir, spec, e, j
+}
+
 func events(n, from int) []string {
 	out := make([]string, n)
 	for i := range out {
@@ -448,12 +461,7 @@ func partsOf(j *Job, n int) []int {
 // there, and the request got no 202. Recovery replays none of it (counted
 // as unacknowledged, not lost), and replays a whole request before it.
 func TestExactRequestCutBetweenPartsIsNotReplayed(t *testing.T) {
-	dir := t.TempDir()
-	spec := ftJobSpec(ft.ModeExact, 1000)
-	spec.Partitions = 2
-	e := ftEngine(t, dir)
-	j := mustPut(t, e, spec)
-	waitFullBackup(t, j)
+	dir, spec, e, j := twoPartitionJob(t, ft.ModeExact, 1000)
 	j.Pause() // nothing reaches the state: the logs are all there is
 	whole := events(20, 0)
 	if counts := partsOf(j, len(whole)); counts[0] == 0 || counts[1] == 0 {
@@ -609,12 +617,7 @@ func TestExactItemLogDamageIsContained(t *testing.T) {
 		{"cut at a frame's end", func(b []byte) []byte { return b[:len(b)/2] }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			spec := ftJobSpec(ft.ModeExact, 100000)
-			spec.Partitions = 2
-			e := ftEngine(t, dir)
-			j := mustPut(t, e, spec)
-			waitFullBackup(t, j)
+			dir, spec, e, j := twoPartitionJob(t, ft.ModeExact, 100000)
 			j.Pause() // nothing reaches the state: the logs are all there is
 			const requests, size = 20, 20
 			for range requests {

@@ -60,12 +60,7 @@ func TestIdleJobHasNothingAtRisk(t *testing.T) {
 // The same for a logreg job of two partitions, whose one unit of state the
 // idle partitions back up under the job's merge lock.
 func TestIdleLogregJobHasNothingAtRisk(t *testing.T) {
-	dir := t.TempDir()
-	spec := ftJobSpec(ft.ModeApprox, 1000)
-	spec.Partitions = 2
-	e := ftEngine(t, dir)
-	j := mustPut(t, e, spec)
-	waitFullBackup(t, j)
+	dir, spec, e, j := twoPartitionJob(t, ft.ModeApprox, 1000)
 	if _, err := ingest(e, "s", events(40, 0)...); err != nil {
 		t.Fatal(err)
 	}

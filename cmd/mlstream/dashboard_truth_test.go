@@ -28,17 +28,10 @@ func TestDashboardCaptureWithVirtualTime(t *testing.T) {
 	url := srv.url()
 	c := clientOf(t, url)
 	// The demo's jobs have sent stats for a few seconds.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitUntil(t, 30*time.Second, "the demo's job "+demoJob+" to process for 3 s", func() bool {
 		st, err := c.Job(t.Context(), demoJob)
-		if err == nil && st.Processed > 0 && time.Since(st.Created) > 3*time.Second {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the demo's job %s did not start processing: %v", demoJob, err)
-		}
-		time.Sleep(200 * time.Millisecond) // poll the API
-	}
+		return err == nil && st.Processed > 0 && time.Since(st.Created) > 3*time.Second
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
